@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+)
+
+var numBucketsFlag = &cli.IntFlag{
+	Name:  "num-buckets",
+	Usage: fmt.Sprintf("the fleet's bucket count, fixed when the fleet is created (%d-%d; default %d)", bucket.MinCount, bucket.MaxCount, bucket.DefaultCount),
+}
+
+func migrateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "migrate",
+		Usage:     "create or upgrade the fleet's schema in PostgreSQL",
+		ArgsUsage: " ",
+		Flags:     commonFlags(numBucketsFlag, jsonFlag),
+		Action: func(c *cli.Context) error {
+			if args, err := positional(c); err != nil {
+				return err
+			} else if len(args) > 0 {
+				return invalid(fmt.Errorf("migrate takes no arguments, got %q", args))
+			}
+			n := c.Int(numBucketsFlag.Name)
+			if c.IsSet(numBucketsFlag.Name) {
+				if _, err := bucket.NewPolicy(n); err != nil {
+					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
+				}
+			}
+			dsn, err := requireDSN(c)
+			if err != nil {
+				return err
+			}
+			s, err := postgres.New(c.Context, dsn)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			meta, err := s.Migrate(c.Context, n)
+			if err != nil {
+				return startError(err)
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, map[string]any{
+					"schema_version": meta.SchemaVersion, "num_buckets": meta.NumBuckets,
+					"created_at": jsonTime(meta.CreatedAt),
+				})
+			}
+			fmt.Fprintf(c.App.Writer, "schema version %d, %d buckets\n", meta.SchemaVersion, meta.NumBuckets)
+			return nil
+		},
+	}
+}
+
+// openFleet connects and reads the fleet's metadata, refusing a schema this
+// binary does not know.
+func openFleet(ctx context.Context, dsn string) (*postgres.Store, store.Meta, error) {
+	s, err := postgres.New(ctx, dsn)
+	if err != nil {
+		return nil, store.Meta{}, err
+	}
+	meta, err := s.Meta(ctx)
+	if err != nil {
+		s.Close()
+		if errors.Is(err, store.ErrSchema) {
+			return nil, store.Meta{}, refused(err)
+		}
+		return nil, store.Meta{}, err
+	}
+	return s, meta, nil
+}

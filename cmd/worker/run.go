@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/kinds"
+	"github.com/flotilla-dev/flotilla/node"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a node: hold the declared buckets and run their tasks until SIGTERM or SIGINT",
+		ArgsUsage: " ",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "buckets", Usage: `the buckets this node declares, e.g. "0-31" (default: every bucket)`},
+			numBucketsFlag,
+			&cli.StringFlag{Name: "node-id", Usage: "this node's name (default: host-pid-random)"},
+			&cli.IntFlag{Name: "concurrency", Value: node.DefaultConcurrency, Usage: "handlers run at once"},
+			&cli.DurationFlag{Name: "bucket-lease-ttl", Value: node.DefaultBucketLeaseTTL, Usage: "bucket lease duration: how long a dead node's buckets wait for a successor"},
+			&cli.DurationFlag{Name: "bucket-lease-heartbeat", Usage: "how often bucket leases are renewed (default: TTL/3)"},
+			&cli.DurationFlag{Name: "task-lease-ttl", Value: node.DefaultTaskLeaseTTL, Usage: "task lease duration, renewed every TTL/3"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers"},
+			&cli.DurationFlag{Name: "poll-interval", Value: node.DefaultPollInterval, Usage: "how often to look for work when no notification arrives"},
+		),
+		Action: func(c *cli.Context) error {
+			if args, err := positional(c); err != nil {
+				return err
+			} else if len(args) > 0 {
+				return invalid(fmt.Errorf("run takes no arguments, got %q (did you mean --buckets?)", args))
+			}
+			cfg := node.Config{
+				NodeID: c.String("node-id"), NumBuckets: c.Int(numBucketsFlag.Name),
+				Concurrency: c.Int("concurrency"), BucketLeaseTTL: c.Duration("bucket-lease-ttl"),
+				BucketLeaseHeartbeat: c.Duration("bucket-lease-heartbeat"), TaskLeaseTTL: c.Duration("task-lease-ttl"),
+				ShutdownTimeout: c.Duration("shutdown-timeout"), PollInterval: c.Duration("poll-interval"),
+				Version: version, AllBuckets: !c.IsSet("buckets"),
+			}
+			// The bucket set is checked before anything connects; its upper
+			// bound once the fleet's count is known.
+			if c.IsSet("buckets") {
+				set, err := bucket.ParseSet(c.String("buckets"), 0)
+				if err != nil {
+					return invalid(fmt.Errorf("invalid --buckets: %w", err))
+				}
+				cfg.Buckets = set
+			}
+			if cfg.NumBuckets != 0 {
+				if _, err := bucket.NewPolicy(cfg.NumBuckets); err != nil {
+					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
+				}
+			}
+			log, err := newLogger(c, c.App.ErrWriter)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			cfg.Logger = log
+			if err := node.ValidateConfig(cfg); err != nil {
+				return invalid(err)
+			}
+			dsn, err := requireDSN(c)
+			if err != nil {
+				return err
+			}
+			return runNode(c.Context, dsn, cfg, log)
+		},
+	}
+}
+
+// runNode connects, brings the schema up to date, starts the node and runs
+// it until a signal asks it to stop.
+func runNode(ctx context.Context, dsn string, cfg node.Config, log *zap.Logger) error {
+	s, err := postgres.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
+		return startError(err)
+	}
+	n, err := node.New(s, cfg)
+	if err != nil {
+		return invalid(err)
+	}
+	kinds.Register(n)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := n.Start(ctx); err != nil {
+		return startError(err)
+	}
+	held := n.Held()
+	log.Info("node started", zap.String("node", n.ID()), zap.String("incarnation", n.Incarnation()),
+		zap.Int("buckets_held", len(held)))
+	<-ctx.Done()
+	log.Info("shutting down", zap.String("node", n.ID()))
+	return n.Shutdown(context.Background())
+}
+
+func startError(err error) error {
+	switch {
+	case errors.Is(err, bucket.ErrInvalidSet), errors.Is(err, store.ErrBucketCount):
+		return invalid(err)
+	case errors.Is(err, store.ErrNodeAlive), errors.Is(err, store.ErrSchema):
+		return refused(err)
+	}
+	return err
+}

@@ -1,0 +1,381 @@
+// Package flotilla is the client of a flotilla fleet, for applications that
+// only enqueue and inspect tasks: Submit, SubmitMany, SubmitTx inside the
+// caller's pgx transaction, Get and List. A Client never runs tasks and never
+// consumes commands; nodes (package node) do that.
+//
+// Submit routes a task by its key to the key's bucket, and by default refuses
+// a task that would wait silently: one whose bucket no live node holds, or
+// whose kind the bucket's holder does not run (DESIGN invariants 7 and 11).
+package flotilla
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// Client enqueues and inspects tasks. It is safe for concurrent use.
+type Client struct {
+	store  store.Store
+	policy bucket.Policy
+	owned  bool // Close closes the store
+
+	mu      sync.Mutex
+	fleet   fleetView
+	viewTTL time.Duration
+}
+
+// Connect opens a Client on the fleet at dsn (PostgreSQL).
+func Connect(ctx context.Context, dsn string) (*Client, error) {
+	s, err := postgres.New(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewClient(ctx, s)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
+// NewClient wraps a store. It reads the fleet's bucket count, refusing a
+// schema this binary does not know.
+func NewClient(ctx context.Context, s store.Store) (*Client, error) {
+	meta, err := s.Meta(ctx)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := bucket.NewPolicy(meta.NumBuckets)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{store: s, policy: policy, viewTTL: time.Second}, nil
+}
+
+// Close closes the store if Connect opened it.
+func (c *Client) Close() {
+	if c.owned {
+		c.store.Close()
+	}
+}
+
+// Store is the store under the client, for tools that need more.
+func (c *Client) Store() store.Store { return c.store }
+
+// Policy is the fleet's bucket policy.
+func (c *Client) Policy() bucket.Policy { return c.policy }
+
+// TaskRequest describes a task to submit.
+type TaskRequest struct {
+	Kind        string
+	Key         string // routes the task; "" spreads it over the buckets at random
+	Payload     json.RawMessage
+	Priority    int
+	RunAt       time.Time     // not before this time; zero means now
+	Delay       time.Duration // from the database's now, when RunAt is zero
+	MaxAttempts int           // 0 means store.DefaultMaxAttempts
+	Timeout     time.Duration // per attempt; 0 means none
+	UniqueKey   string
+}
+
+// SubmitOption relaxes Submit's checks.
+type SubmitOption func(*submitOptions)
+
+type submitOptions struct {
+	allowUnowned     bool
+	allowUnknownKind bool
+}
+
+// AllowUnowned accepts a task whose bucket no live node holds; it waits
+// until a node takes the bucket.
+func AllowUnowned() SubmitOption { return func(o *submitOptions) { o.allowUnowned = true } }
+
+// AllowUnknownKind accepts a task whose kind the bucket's holder does not
+// run; it waits until a node that runs it holds the bucket.
+func AllowUnknownKind() SubmitOption { return func(o *submitOptions) { o.allowUnknownKind = true } }
+
+// ErrRefused is matched by every refusal that comes from the fleet's state
+// rather than from the request itself.
+var ErrRefused = errors.New("refused by the fleet")
+
+// UnheldBucketError refuses a task whose bucket no live node holds.
+type UnheldBucketError struct {
+	Key    string
+	Bucket int
+}
+
+func (e *UnheldBucketError) Error() string {
+	return fmt.Sprintf("no live node holds bucket %d (key %q): the task would wait unserved; "+
+		"start a node whose --buckets include %d, or submit with --allow-unowned", e.Bucket, e.Key, e.Bucket)
+}
+
+func (e *UnheldBucketError) Is(target error) bool { return target == ErrRefused }
+
+// UnservedKindError refuses a task whose bucket's holder does not run its kind.
+type UnservedKindError struct {
+	Kind   string
+	Bucket int
+	Holder string   // node id
+	Kinds  []string // what the holder runs
+}
+
+func (e *UnservedKindError) Error() string {
+	return fmt.Sprintf("node %s holds bucket %d but does not run kind %q (it runs: %s); "+
+		"submit with --allow-unknown-kind to let the task wait for a node that does",
+		e.Holder, e.Bucket, e.Kind, strings.Join(e.Kinds, ", "))
+}
+
+func (e *UnservedKindError) Is(target error) bool { return target == ErrRefused }
+
+// Submit creates one task. See SubmitMany.
+func (c *Client) Submit(ctx context.Context, r TaskRequest, opts ...SubmitOption) (*task.Task, error) {
+	out, err := c.SubmitMany(ctx, []TaskRequest{r}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// SubmitMany creates tasks atomically, all or none, after checking that each
+// would be served (unless told otherwise by opts).
+func (c *Client) SubmitMany(ctx context.Context, rs []TaskRequest, opts ...SubmitOption) ([]*task.Task, error) {
+	nts, err := c.route(rs)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkServed(ctx, nts, opts); err != nil {
+		return nil, err
+	}
+	return c.store.CreateTasks(ctx, nts)
+}
+
+// SubmitTx creates tasks inside the caller's transaction: they exist, and
+// nodes hear of them, only if tx commits. It needs a PostgreSQL store. It
+// does not check that the tasks will be served, since the caller's
+// transaction decides when they exist.
+func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, rs ...TaskRequest) ([]*task.Task, error) {
+	pg, ok := c.store.(*postgres.Store)
+	if !ok {
+		return nil, fmt.Errorf("SubmitTx needs the PostgreSQL store, not %T", c.store)
+	}
+	nts, err := c.route(rs)
+	if err != nil {
+		return nil, err
+	}
+	return pg.CreateTasksTx(ctx, tx, nts)
+}
+
+// route turns requests into the store's form, with their buckets.
+func (c *Client) route(rs []TaskRequest) ([]store.NewTask, error) {
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("%w: no tasks to submit", store.ErrInvalid)
+	}
+	nts := make([]store.NewTask, len(rs))
+	for i, r := range rs {
+		if r.Kind == "" {
+			return nil, fmt.Errorf("%w: task %d has no kind", store.ErrInvalid, i)
+		}
+		if len(r.Payload) > 0 && !json.Valid(r.Payload) {
+			return nil, fmt.Errorf("%w: task %d: payload is not valid JSON: %.60q", store.ErrInvalid, i, r.Payload)
+		}
+		b := rand.IntN(c.policy.Count())
+		if r.Key != "" {
+			b = c.policy.Of(r.Key)
+		}
+		nts[i] = store.NewTask{
+			Kind: r.Kind, Key: r.Key, Bucket: b, Priority: r.Priority, RunAt: r.RunAt, Delay: r.Delay,
+			MaxAttempts: r.MaxAttempts, Timeout: r.Timeout, Payload: r.Payload, UniqueKey: r.UniqueKey,
+		}
+	}
+	return nts, nil
+}
+
+func (c *Client) checkServed(ctx context.Context, nts []store.NewTask, opts []SubmitOption) error {
+	var o submitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.allowUnowned && o.allowUnknownKind {
+		return nil
+	}
+	view, err := c.view(ctx)
+	if err != nil {
+		return err
+	}
+	for _, nt := range nts {
+		holder, ok := view.holders[nt.Bucket]
+		if !ok {
+			if o.allowUnowned {
+				continue
+			}
+			return &UnheldBucketError{Key: nt.Key, Bucket: nt.Bucket}
+		}
+		if !o.allowUnknownKind && !runs(holder, nt.Kind) {
+			return &UnservedKindError{Kind: nt.Kind, Bucket: nt.Bucket, Holder: holder.ID, Kinds: holder.Kinds}
+		}
+	}
+	return nil
+}
+
+// fleetView is who holds which bucket and what each holder runs, read at
+// most once per viewTTL so that a busy client does not read every lease for
+// every task.
+type fleetView struct {
+	read    time.Time
+	holders map[int]store.NodeInfo
+}
+
+func (c *Client) view(ctx context.Context) (fleetView, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.fleet.read.IsZero() && time.Since(c.fleet.read) < c.viewTTL {
+		return c.fleet, nil
+	}
+	leases, err := c.store.ListBuckets(ctx)
+	if err != nil {
+		return fleetView{}, err
+	}
+	nodes, err := c.store.ListNodes(ctx)
+	if err != nil {
+		return fleetView{}, err
+	}
+	byIncarnation := map[string]store.NodeInfo{}
+	for _, n := range nodes {
+		if n.Alive {
+			byIncarnation[n.Incarnation] = n
+		}
+	}
+	v := fleetView{read: time.Now(), holders: map[int]store.NodeInfo{}}
+	for _, l := range leases {
+		if n, ok := byIncarnation[l.Holder]; ok && l.Holder != "" {
+			v.holders[l.Bucket] = n
+		}
+	}
+	c.fleet = v
+	return v, nil
+}
+
+func runs(n store.NodeInfo, kind string) bool {
+	for _, k := range n.Kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// Get returns a task, its audit trail, and, while it waits, why.
+func (c *Client) Get(ctx context.Context, id int64) (*TaskReport, error) {
+	t, err := c.store.GetTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	events, err := c.store.TaskEvents(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r := &TaskReport{Task: t, Events: events}
+	if t.Status.Claimable() {
+		view, err := c.view(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Waiting = waitingReason(t, view)
+	}
+	return r, nil
+}
+
+// TaskReport is a task with its trail.
+type TaskReport struct {
+	Task   *task.Task
+	Events []task.Event
+	// Waiting says why a claimable task is not running, when the fleet's
+	// state explains it: nobody holds its bucket, or the holder does not
+	// run its kind. Empty otherwise.
+	Waiting string
+}
+
+func waitingReason(t *task.Task, v fleetView) string {
+	holder, ok := v.holders[t.Bucket]
+	if !ok {
+		return fmt.Sprintf("no live node holds bucket %d", t.Bucket)
+	}
+	if !runs(holder, t.Kind) {
+		return fmt.Sprintf("node %s holds bucket %d but does not run kind %q", holder.ID, t.Bucket, t.Kind)
+	}
+	return ""
+}
+
+// List returns tasks matching the filter, newest first.
+func (c *Client) List(ctx context.Context, f store.TaskFilter) ([]*task.Task, error) {
+	return c.store.ListTasks(ctx, f)
+}
+
+// BucketReport is one bucket as an operator sees it.
+type BucketReport struct {
+	Bucket    int
+	Holder    string // node id; "" when nobody holds it
+	Epoch     int64
+	ExpiresAt time.Time
+	Standby   []string // live nodes that declare the bucket but do not hold it
+	Queued    int      // claimable and due
+	Waiting   int      // scheduled or retrying, not yet due
+	Running   int      // running, stopping or pausing
+}
+
+// Buckets reports every bucket of the fleet, ascending.
+func (c *Client) Buckets(ctx context.Context) ([]BucketReport, error) {
+	leases, err := c.store.ListBuckets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := c.store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	backlog, err := c.store.BucketBacklog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byBucket := map[int]store.Backlog{}
+	for _, b := range backlog {
+		byBucket[b.Bucket] = b
+	}
+	out := make([]BucketReport, len(leases))
+	for i, l := range leases {
+		r := BucketReport{Bucket: l.Bucket, Epoch: l.Epoch, Standby: []string{}}
+		if l.Holder != "" {
+			r.Holder, r.ExpiresAt = l.Node, l.ExpiresAt
+		}
+		for _, n := range nodes {
+			if n.Alive && n.Incarnation != l.Holder && n.Buckets.Contains(l.Bucket) {
+				r.Standby = append(r.Standby, n.ID)
+			}
+		}
+		sort.Strings(r.Standby)
+		bl := byBucket[l.Bucket]
+		r.Queued, r.Waiting, r.Running = bl.Queued, bl.Waiting, bl.Active
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Nodes lists the registered nodes.
+func (c *Client) Nodes(ctx context.Context) ([]store.NodeInfo, error) {
+	return c.store.ListNodes(ctx)
+}

@@ -1,0 +1,127 @@
+// Package testdb gives tests their own PostgreSQL database.
+//
+// Each call to [New] creates a fresh, empty database named
+// flotilla_test_<random hex> and drops it (WITH (FORCE)) when the test ends,
+// so tests and test packages can run in parallel against one server.
+//
+// The server is taken from the FLOTILLA_TEST_DSN environment variable, for
+// example
+//
+//	FLOTILLA_TEST_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// The role in that DSN must be allowed to create databases. When the
+// variable is unset (or empty), the first call to New starts one PostgreSQL
+// container per test process with testcontainers-go; that needs a reachable
+// Docker engine. With neither, New fails the test: it never skips.
+//
+// A package whose tests use New should let testdb own its TestMain, so that
+// a container, if one was started, is terminated when the tests finish:
+//
+//	func TestMain(m *testing.M) {
+//		testdb.VerifyNoLeaks(m) // runs the tests, terminates the container, checks for goroutine leaks
+//	}
+//
+// or, without the goroutine leak check,
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(testdb.Run(m))
+//	}
+//
+// Tests must close every pool and connection they open (for example with
+// t.Cleanup(pool.Close) registered after New, so it runs before the drop).
+// Integration tests that should not run under -short must check
+// testing.Short themselves before calling New.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvDSN names the environment variable holding the DSN of the PostgreSQL
+// server that tests create their databases on.
+const EnvDSN = "FLOTILLA_TEST_DSN"
+
+// NamePrefix starts the name of every database that New creates.
+const NamePrefix = "flotilla_test_"
+
+// adminTimeout bounds each admin connection: connect, one statement, close.
+const adminTimeout = 10 * time.Second
+
+// noServerMessage is the failure reported when there is no server to use.
+const noServerMessage = "set " + EnvDSN + " to a PostgreSQL server " +
+	"(e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), " +
+	"or run Docker so the tests can start one"
+
+// New creates a fresh, empty database for the test and returns its DSN.
+// The database is dropped, even if connections to it remain open, when the
+// test and its subtests have finished (t.Cleanup).
+func New(t testing.TB) string {
+	t.Helper()
+
+	admin, err := adminDSN()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+
+	name, err := randomName()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("testdb: %s=%s: %v", EnvDSN, Redact(admin), err)
+	}
+
+	ident := pgx.Identifier{name}.Sanitize()
+	if err := adminExec(admin, "CREATE DATABASE "+ident+" TEMPLATE template0"); err != nil {
+		t.Fatalf("testdb: create database %s on %s: %v", name, Redact(admin), err)
+	}
+	t.Cleanup(func() {
+		if err := adminExec(admin, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
+			t.Errorf("testdb: drop database %s on %s: %v", name, Redact(admin), err)
+		}
+	})
+	return dsn
+}
+
+// adminDSN returns the DSN of the server to create databases on: the one in
+// FLOTILLA_TEST_DSN, or else that of this process's container.
+func adminDSN() (string, error) {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		return dsn, nil
+	}
+	return containerDSN()
+}
+
+// adminExec runs one statement on a connection of its own to dsn.
+func adminExec(dsn, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	_, err = conn.Exec(ctx, sql)
+	if cerr := conn.Close(ctx); err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	return err
+}
+
+// randomName returns NamePrefix followed by 16 random hex digits.
+func randomName() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("random database name: %w", err)
+	}
+	return NamePrefix + hex.EncodeToString(b[:]), nil
+}

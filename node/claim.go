@@ -1,0 +1,66 @@
+package node
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// maxClaimBatch bounds one claim statement, whatever the concurrency.
+const maxClaimBatch = 1000
+
+// capacity is how many more attempts the node can start now.
+func (n *Node) capacity() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg.Concurrency - len(n.running)
+}
+
+// claimPass claims and starts as many tasks as the node can start now.
+//
+// The claim loop runs it when a notification announces work in a held
+// bucket, when an attempt is settled (a slot is free), when a bucket is
+// acquired, and every PollInterval otherwise. A batch that fills every free
+// slot means there may be more: the pass claims again at once, so a backlog
+// burns down at the speed of the handlers, not of the poll interval.
+//
+// Invariant 1: it names only the buckets the keeper holds now, each with
+// its epoch, and the store takes a task only from a bucket whose lease this
+// incarnation holds under that epoch.
+func (n *Node) claimPass(ctx context.Context) {
+	defer n.claimPasses.Add(1)
+	for ctx.Err() == nil {
+		free := min(n.capacity(), maxClaimBatch)
+		if free <= 0 {
+			return
+		}
+		held := n.keeper.Held()
+		if len(held) == 0 || len(n.kinds) == 0 {
+			return
+		}
+		// The statement is not cut by a stop: tasks the store may have
+		// claimed must reach the running set, to be run or released.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+		claimed, err := n.store.ClaimTasks(cctx, store.ClaimRequest{
+			Owner:    n.incarnation,
+			Node:     n.id,
+			Buckets:  held,
+			Kinds:    n.kinds,
+			Limit:    free,
+			LeaseTTL: n.cfg.TaskLeaseTTL,
+		})
+		cancel()
+		if err != nil {
+			n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
+			return
+		}
+		for _, t := range claimed {
+			n.launch(t)
+		}
+		if len(claimed) < free {
+			return
+		}
+	}
+}

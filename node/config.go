@@ -1,0 +1,230 @@
+package node
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// Defaults of Config. A zero field takes its default; a negative one is
+// refused.
+const (
+	// DefaultConcurrency is how many handlers a node runs at once.
+	DefaultConcurrency = 100
+	// DefaultBucketLeaseTTL is how long a bucket lease lasts without a
+	// renewal: how long a dead node's buckets wait for a successor.
+	DefaultBucketLeaseTTL = 15 * time.Second
+	// DefaultTaskLeaseTTL is how long a running task's lease lasts without a
+	// renewal; renewals run every TTL/3.
+	DefaultTaskLeaseTTL = 30 * time.Second
+	// DefaultShutdownTimeout is how long a graceful shutdown waits for
+	// running handlers before it cancels them and releases their tasks.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultPollInterval is how often the claim loop looks for work when no
+	// notification has woken it. Each poll is one claim statement that uses
+	// a partial index, so a second is cheap and bounds the delay when a
+	// notification is missed (or the store has none).
+	DefaultPollInterval = 1 * time.Second
+	// DefaultMaxAttempts is the number of attempts of a task submitted
+	// without MaxAttempts; the store applies it.
+	DefaultMaxAttempts = store.DefaultMaxAttempts
+	// DefaultBackoffBase is the retry delay scale: attempt n waits a random
+	// time up to base × 2^(n-1).
+	DefaultBackoffBase = 1 * time.Second
+	// DefaultBackoffMax caps the retry delay.
+	DefaultBackoffMax = 10 * time.Minute
+)
+
+// Config configures a Node. Build it with the zero values you do not care
+// about; New fills in the defaults and refuses what cannot work, naming the
+// field.
+type Config struct {
+	// NodeID names the process in leases, logs and `worker nodes`. Default:
+	// "<hostname>-<pid>-<4 random hex digits>". Two live processes may not
+	// share one.
+	NodeID string
+
+	// Buckets are the buckets this node declares: it holds their leases
+	// when it can, and serves only those. AllBuckets declares every bucket
+	// of the fleet instead, whatever its count; exactly one of the two must
+	// be given. An empty Buckets is never read as "every bucket", so that a
+	// set that came out empty by mistake is refused rather than taking over
+	// the fleet.
+	Buckets    bucket.Set
+	AllBuckets bool
+
+	// NumBuckets is the fleet's bucket count as this node expects it. Zero
+	// takes the fleet's; any other count that differs from the fleet's
+	// refuses to start (*store.BucketCountError): the count is fixed for
+	// the life of a fleet, and a node hashing keys with another would route
+	// them to the wrong buckets.
+	NumBuckets int
+
+	// Concurrency is the number of handlers run at once (DefaultConcurrency).
+	Concurrency int
+
+	// BucketLeaseTTL is the bucket lease duration (DefaultBucketLeaseTTL),
+	// also used as the node's liveness TTL. BucketLeaseHeartbeat is how
+	// often leases and liveness are renewed (default TTL/3); it must be
+	// below the TTL.
+	BucketLeaseTTL       time.Duration
+	BucketLeaseHeartbeat time.Duration
+
+	// TaskLeaseTTL is the task lease duration (DefaultTaskLeaseTTL); the
+	// leases of running tasks are renewed every TTL/3.
+	TaskLeaseTTL time.Duration
+
+	// ShutdownTimeout is how long Shutdown lets running handlers finish
+	// (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+
+	// PollInterval is the claim loop's fallback period (DefaultPollInterval).
+	PollInterval time.Duration
+
+	// BackoffBase and BackoffMax shape the delay before a failed attempt is
+	// retried: full jitter, a random delay between 0 and
+	// min(BackoffMax, BackoffBase × 2^(attempt-1)).
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+
+	// Executor runs handlers (default GoroutineExecutor).
+	Executor Executor
+
+	// Clock drives every local timer: lease deadlines, loops, task timeouts
+	// and the shutdown timeout (default clock.Real). Lease expiry and due
+	// times are the database's.
+	Clock clock.Clock
+
+	// Logger receives every log line, with the node id added (default: none).
+	Logger *zap.Logger
+
+	// Version is recorded with the node, for `worker nodes`.
+	Version string
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID()
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.BucketLeaseTTL == 0 {
+		c.BucketLeaseTTL = DefaultBucketLeaseTTL
+	}
+	if c.BucketLeaseHeartbeat == 0 {
+		c.BucketLeaseHeartbeat = c.BucketLeaseTTL / 3
+	}
+	if c.TaskLeaseTTL == 0 {
+		c.TaskLeaseTTL = DefaultTaskLeaseTTL
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffBase)
+	}
+	if c.Executor == nil {
+		c.Executor = GoroutineExecutor{}
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// validate refuses a configuration a node cannot run with. It expects
+// withDefaults to have been applied, so a zero duration here was asked for
+// explicitly only where the default derives from another field.
+func (c Config) validate() error {
+	positive := []struct {
+		field string
+		value time.Duration
+	}{
+		{"BucketLeaseTTL", c.BucketLeaseTTL},
+		{"BucketLeaseHeartbeat", c.BucketLeaseHeartbeat},
+		{"TaskLeaseTTL", c.TaskLeaseTTL},
+		{"ShutdownTimeout", c.ShutdownTimeout},
+		{"PollInterval", c.PollInterval},
+		{"BackoffBase", c.BackoffBase},
+		{"BackoffMax", c.BackoffMax},
+	}
+	for _, p := range positive {
+		if p.value <= 0 {
+			return fmt.Errorf("node config: %s is %v; it must be positive (or zero for the default)", p.field, p.value)
+		}
+	}
+	switch {
+	case strings.TrimSpace(c.NodeID) != c.NodeID || strings.ContainsAny(c.NodeID, " \t\r\n/"):
+		return fmt.Errorf("node config: NodeID %q contains whitespace or '/'; "+
+			"use letters, digits, '-', '_' or '.'", c.NodeID)
+	case c.Concurrency < 0:
+		return fmt.Errorf("node config: Concurrency is %d; it must be positive (or zero for %d)",
+			c.Concurrency, DefaultConcurrency)
+	case c.BucketLeaseHeartbeat >= c.BucketLeaseTTL:
+		return fmt.Errorf("node config: BucketLeaseHeartbeat %v is not below BucketLeaseTTL %v; "+
+			"leases would lapse between renewals (the default heartbeat is TTL/3)",
+			c.BucketLeaseHeartbeat, c.BucketLeaseTTL)
+	case c.BucketLeaseTTL <= deadlineMargin(c.BucketLeaseTTL):
+		return fmt.Errorf("node config: BucketLeaseTTL %v leaves no time inside the safety margin of %v",
+			c.BucketLeaseTTL, deadlineMargin(c.BucketLeaseTTL))
+	case c.TaskLeaseTTL/3 <= 0:
+		return fmt.Errorf("node config: TaskLeaseTTL %v is too short to renew every TTL/3", c.TaskLeaseTTL)
+	case c.BackoffMax < c.BackoffBase:
+		return fmt.Errorf("node config: BackoffMax %v is below BackoffBase %v", c.BackoffMax, c.BackoffBase)
+	case c.AllBuckets && !c.Buckets.Empty():
+		return fmt.Errorf("node config: both AllBuckets and Buckets %q are set; give one of them", c.Buckets)
+	case !c.AllBuckets && c.Buckets.Empty():
+		return fmt.Errorf("node config: Buckets is empty; declare buckets like %q, or set AllBuckets",
+			"0-31,40,42-45")
+	}
+	return nil
+}
+
+// defaultNodeID is "<hostname>-<pid>-<4 random hex digits>": readable in
+// `worker nodes`, and distinct for two processes that share a host and, in
+// containers, a pid.
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r < ' ' {
+			return '-'
+		}
+		return r
+	}, host)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(2))
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	// crypto/rand.Read never fails (it panics on a broken system source).
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ValidateConfig checks a Config as New would, without a store, so that a
+// command line can refuse bad flags before it connects to anything.
+func ValidateConfig(c Config) error { return c.withDefaults().validate() }

@@ -1,0 +1,287 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// leaseKeeper holds a node's bucket leases (DESIGN §6). Each tick it asks,
+// in one statement, for every declared bucket: it renews what it holds,
+// takes what is free or expired, and stands by for what a live node holds.
+//
+// The database decides who holds a bucket; the keeper decides how long this
+// process may trust its own answer. Every lease it holds carries a local
+// deadline, anchored to the moment before the renewal was sent, so that the
+// node stops using a bucket before the database could give it to someone
+// else. A failed renewal (database unreachable) is not a lost lease: the
+// node keeps serving until that deadline, since nobody else can reach the
+// database to take the bucket either.
+type leaseKeeper struct {
+	store     store.Store
+	owner     string // incarnation
+	node      string
+	declared  bucket.Set
+	ttl       time.Duration
+	heartbeat time.Duration
+	margin    time.Duration
+	clock     clock.Clock
+	log       *zap.Logger
+
+	// onAcquired is told of buckets taken (or taken again under a new
+	// epoch), so the node can rescue their tasks at once. onLost is told of
+	// buckets it must stop using, so the node can cancel their handlers.
+	// Both are called without the keeper's lock held.
+	onAcquired func([]store.HeldBucket)
+	onLost     func([]int)
+
+	mu      sync.Mutex
+	held    map[int]heldLease
+	standby map[int]string // bucket -> node holding it, while this node waits
+	timer   clock.Timer
+}
+
+type heldLease struct {
+	epoch    int64
+	deadline time.Time // local: sent + ttl - margin, on this process's clock
+}
+
+// deadlineMargin is the default safety margin between the local deadline
+// and the lease's expiry in the database: max(250ms, TTL/10).
+func deadlineMargin(ttl time.Duration) time.Duration {
+	return max(250*time.Millisecond, ttl/10)
+}
+
+// tick renews and acquires every declared bucket once.
+func (k *leaseKeeper) tick(ctx context.Context) error {
+	// Anchor the deadline before the statement is sent: the database may
+	// start the TTL any time after this.
+	sent := k.clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, max(k.heartbeat/2, 100*time.Millisecond))
+	defer cancel()
+	leases, err := k.store.AcquireBuckets(ctx, store.AcquireRequest{
+		Owner: k.owner, Node: k.node, Buckets: k.declared, TTL: k.ttl,
+	})
+	if err != nil {
+		k.log.Warn("bucket lease renewal failed; serving held buckets until their local deadline",
+			zap.Error(err), zap.String("held", k.heldSet().String()))
+		return fmt.Errorf("renewing bucket leases: %w", err)
+	}
+	deadline := sent.Add(k.ttl - k.margin)
+
+	var acquired []store.HeldBucket
+	var lost []int
+	waiting := map[int]string{}
+	k.mu.Lock()
+	for _, l := range leases {
+		cur, had := k.held[l.Bucket]
+		switch {
+		case l.Held:
+			if had && cur.epoch != l.Epoch {
+				// Lost and taken again since the last tick: whatever ran
+				// under the old epoch is fenced and must stop.
+				lost = append(lost, l.Bucket)
+			}
+			if !had || cur.epoch != l.Epoch {
+				acquired = append(acquired, store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch})
+			}
+			k.held[l.Bucket] = heldLease{epoch: l.Epoch, deadline: deadline}
+		default:
+			if had {
+				// A definite answer: someone else holds it now.
+				delete(k.held, l.Bucket)
+				lost = append(lost, l.Bucket)
+			}
+			waiting[l.Bucket] = l.Node
+		}
+	}
+	standbyChanged := !sameStandby(k.standby, waiting)
+	k.standby = waiting
+	k.armLocked()
+	k.mu.Unlock()
+
+	if len(acquired) > 0 {
+		k.log.Info("bucket leases acquired", zap.String("buckets", describeHeld(acquired)))
+	}
+	if len(lost) > 0 {
+		k.log.Warn("bucket leases lost to another node; stopped claiming there",
+			zap.String("buckets", bucket.Of(lost...).String()))
+		k.onLost(lost)
+	}
+	if standbyChanged && len(waiting) > 0 {
+		k.log.Info("standing by for buckets held by live nodes", zap.String("waiting", describeStandby(waiting)))
+	}
+	if len(acquired) > 0 {
+		k.onAcquired(acquired)
+	}
+	return nil
+}
+
+// expire drops every lease whose local deadline has passed. It runs from a
+// timer of its own, so a renewal loop stuck on a dead connection cannot keep
+// the node claiming past the point where the database may have moved on.
+func (k *leaseKeeper) expire() {
+	now := k.clock.Now()
+	var lost []int
+	k.mu.Lock()
+	for b, h := range k.held {
+		if !now.Before(h.deadline) {
+			delete(k.held, b)
+			lost = append(lost, b)
+		}
+	}
+	k.armLocked()
+	k.mu.Unlock()
+	if len(lost) > 0 {
+		sort.Ints(lost)
+		k.log.Warn("bucket lease deadline passed without a renewal; stopped claiming there",
+			zap.String("buckets", bucket.Of(lost...).String()))
+		k.onLost(lost)
+	}
+}
+
+// armLocked sets the deadline timer to the earliest deadline held.
+func (k *leaseKeeper) armLocked() {
+	if k.timer != nil {
+		k.timer.Stop()
+		k.timer = nil
+	}
+	var earliest time.Time
+	for _, h := range k.held {
+		if earliest.IsZero() || h.deadline.Before(earliest) {
+			earliest = h.deadline
+		}
+	}
+	if !earliest.IsZero() {
+		k.timer = k.clock.AfterFunc(earliest.Sub(k.clock.Now()), k.expire)
+	}
+}
+
+// Held returns the buckets this node may use now, with their epochs: held in
+// the database at the last answer, and within their local deadline.
+func (k *leaseKeeper) Held() []store.HeldBucket {
+	now := k.clock.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]store.HeldBucket, 0, len(k.held))
+	for b, h := range k.held {
+		if now.Before(h.deadline) {
+			out = append(out, store.HeldBucket{Bucket: b, Epoch: h.epoch})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	return out
+}
+
+// Holds reports whether this node may use bucket b now, and under which epoch.
+func (k *leaseKeeper) Holds(b int) (int64, bool) {
+	now := k.clock.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.held[b]
+	if !ok || !now.Before(h.deadline) {
+		return 0, false
+	}
+	return h.epoch, true
+}
+
+func (k *leaseKeeper) heldSet() bucket.Set {
+	held := k.Held()
+	bs := make([]int, len(held))
+	for i, h := range held {
+		bs[i] = h.Bucket
+	}
+	return bucket.Of(bs...)
+}
+
+// release gives up every lease this incarnation holds. It runs at shutdown,
+// after the node's tasks are settled, with its own short timeout so that a
+// cancelled parent context cannot skip it; expiry is the backstop.
+func (k *leaseKeeper) release(ctx context.Context) {
+	k.mu.Lock()
+	k.held = map[int]heldLease{}
+	if k.timer != nil {
+		k.timer.Stop()
+		k.timer = nil
+	}
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	released, err := k.store.ReleaseBuckets(ctx, k.owner, bucket.Set{})
+	if err != nil {
+		k.log.Warn("releasing bucket leases failed; they will expire", zap.Error(err))
+		return
+	}
+	k.log.Info("bucket leases released", zap.String("buckets", bucket.Of(released...).String()))
+}
+
+// stopTimer ends the deadline timer; the keeper is no longer used.
+func (k *leaseKeeper) stopTimer() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.timer != nil {
+		k.timer.Stop()
+		k.timer = nil
+	}
+}
+
+func sameStandby(a, b map[int]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// describeStandby groups waiting buckets by the node holding them:
+// "0-15 (node-a), 16 (node-b)".
+func describeStandby(waiting map[int]string) string {
+	byNode := map[string][]int{}
+	for b, n := range waiting {
+		if n == "" {
+			n = "unknown"
+		}
+		byNode[n] = append(byNode[n], b)
+	}
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		parts[i] = fmt.Sprintf("%s (%s)", bucket.Of(byNode[n]...).String(), n)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// describeHeld groups acquired buckets by epoch: "0-31 (epoch 2), 40 (epoch 5)".
+func describeHeld(held []store.HeldBucket) string {
+	byEpoch := map[int64][]int{}
+	for _, h := range held {
+		byEpoch[h.Epoch] = append(byEpoch[h.Epoch], h.Bucket)
+	}
+	epochs := make([]int64, 0, len(byEpoch))
+	for e := range byEpoch {
+		epochs = append(epochs, e)
+	}
+	sort.Slice(epochs, func(i, j int) bool { return epochs[i] < epochs[j] })
+	parts := make([]string, len(epochs))
+	for i, e := range epochs {
+		parts[i] = fmt.Sprintf("%s (epoch %d)", bucket.Of(byEpoch[e]...).String(), e)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,292 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/memory"
+)
+
+// These tests hold the lease rules of DESIGN §6 with an injected clock: a
+// node that never got a bucket keeps asking, a holder stops at once on a
+// definite loss, a failed renewal is not a loss, and a passed local deadline
+// is.
+
+const testTTL = 15 * time.Second
+
+type leaseBundle struct {
+	clock *clock.Manual
+	store *memory.Store
+}
+
+func setupLeases(t *testing.T) *leaseBundle {
+	t.Helper()
+	clk := clock.NewManual(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s := memory.New(memory.WithClock(clk.Now))
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(context.Background(), 64); err != nil {
+		t.Fatal(err)
+	}
+	return &leaseBundle{clock: clk, store: s}
+}
+
+// events records what a keeper told its node.
+type events struct {
+	mu       sync.Mutex
+	acquired []store.HeldBucket
+	lost     []int
+}
+
+func (e *events) lostBuckets() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]int(nil), e.lost...)
+}
+
+func (lb *leaseBundle) keeper(t *testing.T, s store.Store, owner string, declared bucket.Set) (*leaseKeeper, *events) {
+	ev := &events{}
+	k := &leaseKeeper{
+		store: s, owner: owner, node: "node-" + owner, declared: declared,
+		ttl: testTTL, heartbeat: testTTL / 3, margin: deadlineMargin(testTTL),
+		clock: lb.clock, log: zaptest.NewLogger(t),
+		onAcquired: func(h []store.HeldBucket) {
+			ev.mu.Lock()
+			ev.acquired = append(ev.acquired, h...)
+			ev.mu.Unlock()
+		},
+		onLost: func(b []int) {
+			ev.mu.Lock()
+			ev.lost = append(ev.lost, b...)
+			ev.mu.Unlock()
+		},
+		held: map[int]heldLease{},
+	}
+	t.Cleanup(k.stopTimer)
+	return k, ev
+}
+
+func TestASecondNodeStandsByWhileTheFirstHolds(t *testing.T) {
+	lb := setupLeases(t)
+	first, _ := lb.keeper(t, lb.store, "a", bucket.Of(0, 1, 2))
+	if err := first.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(first.Held()); got != 3 {
+		t.Fatalf("the first node holds %d of 3 free buckets", got)
+	}
+
+	second, ev := lb.keeper(t, lb.store, "b", bucket.Of(0, 1, 2))
+	for i := 0; i < 3; i++ {
+		if err := second.tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		lb.clock.Advance(testTTL / 3)
+		if err := first.tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held := second.Held(); len(held) != 0 {
+		t.Errorf("a second node holds %v while the first lives: its tasks would run twice", held)
+	}
+	if len(ev.acquired) != 0 {
+		t.Errorf("the standby was told it acquired %v", ev.acquired)
+	}
+}
+
+func TestAStandbyTakesOverAfterExpiryWithANewEpoch(t *testing.T) {
+	lb := setupLeases(t)
+	first, _ := lb.keeper(t, lb.store, "a", bucket.Of(5))
+	_ = first.tick(context.Background())
+	epoch, _ := first.Holds(5)
+
+	second, ev := lb.keeper(t, lb.store, "b", bucket.Of(5))
+	_ = second.tick(context.Background())
+	// The first node dies: no more renewals. The standby keeps asking and
+	// takes the bucket once the lease has expired.
+	lb.clock.Advance(testTTL + time.Second)
+	if err := second.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := second.Holds(5)
+	if !ok || got != epoch+1 {
+		t.Fatalf("standby after expiry: held=%v epoch=%d, want epoch %d", ok, got, epoch+1)
+	}
+	if len(ev.acquired) != 1 || ev.acquired[0] != (store.HeldBucket{Bucket: 5, Epoch: epoch + 1}) {
+		t.Errorf("standby was told %v, want bucket 5 at epoch %d so it rescues at once", ev.acquired, epoch+1)
+	}
+}
+
+func TestAHolderWhoseLeaseWentElsewhereStopsAtOnce(t *testing.T) {
+	lb := setupLeases(t)
+	holder, ev := lb.keeper(t, lb.store, "a", bucket.Of(1, 2))
+	_ = holder.tick(context.Background())
+
+	// What a partition looks like from the database: bucket 1's lease
+	// lapsed and another node took it while this one was away.
+	lb.store.ExpireBucketLease(1)
+	successor, _ := lb.keeper(t, lb.store, "b", bucket.Of(1))
+	if err := successor.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := successor.Holds(1); !ok {
+		t.Fatal("the successor could not take the expired lease")
+	}
+
+	if err := holder.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := holder.Holds(1); ok {
+		t.Error("the holder kept bucket 1 after it went to another node")
+	}
+	if _, ok := holder.Holds(2); !ok {
+		t.Error("the holder dropped bucket 2, which nobody took")
+	}
+	if lost := ev.lostBuckets(); len(lost) != 1 || lost[0] != 1 {
+		t.Errorf("lost %v, want [1] so its handlers are cancelled", lost)
+	}
+	leases, _ := lb.store.ListBuckets(context.Background())
+	if leases[1].Holder != "b" {
+		t.Errorf("bucket 1 holder is %q: the old holder wrote over its successor", leases[1].Holder)
+	}
+}
+
+// unreachable is a store whose lease statements fail, as they do when the
+// database cannot be reached.
+type unreachable struct {
+	store.Store
+	down bool
+	mu   sync.Mutex
+}
+
+func (u *unreachable) setDown(down bool) {
+	u.mu.Lock()
+	u.down = down
+	u.mu.Unlock()
+}
+
+func (u *unreachable) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([]store.BucketLease, error) {
+	u.mu.Lock()
+	down := u.down
+	u.mu.Unlock()
+	if down {
+		return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return u.Store.AcquireBuckets(ctx, req)
+}
+
+func TestAFailedRenewalDoesNotStopTheHolder(t *testing.T) {
+	lb := setupLeases(t)
+	s := &unreachable{Store: lb.store}
+	holder, ev := lb.keeper(t, s, "a", bucket.Of(1))
+	if err := holder.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.setDown(true)
+	lb.clock.Advance(testTTL / 3)
+	if err := holder.tick(context.Background()); err == nil {
+		t.Fatal("a renewal against an unreachable database reported success")
+	}
+	if _, ok := holder.Holds(1); !ok {
+		t.Error("one failed renewal stopped the holder; the lease had not expired and nobody else could take it")
+	}
+	if lost := ev.lostBuckets(); len(lost) != 0 {
+		t.Errorf("handlers cancelled for %v after one failed renewal", lost)
+	}
+	// The database comes back before the deadline: service was never
+	// interrupted, and the epoch is unchanged.
+	s.setDown(false)
+	lb.clock.Advance(testTTL / 3)
+	if err := holder.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if epoch, ok := holder.Holds(1); !ok || epoch != 1 {
+		t.Errorf("after the database came back: held=%v epoch=%d, want the same lease", ok, epoch)
+	}
+}
+
+func TestAPassedDeadlineStopsTheHolder(t *testing.T) {
+	lb := setupLeases(t)
+	s := &unreachable{Store: lb.store}
+	holder, ev := lb.keeper(t, s, "a", bucket.Of(1, 2))
+	_ = holder.tick(context.Background())
+	s.setDown(true)
+
+	// Renewals keep failing. Just before the local deadline the node still
+	// serves; at the deadline its own timer stops it, with no renewal
+	// attempt needed to notice.
+	margin := deadlineMargin(testTTL)
+	lb.clock.Advance(testTTL - margin - time.Millisecond)
+	if len(holder.Held()) != 2 {
+		t.Fatalf("dropped buckets before the local deadline: %v", holder.Held())
+	}
+	lb.clock.Advance(time.Millisecond)
+	if held := holder.Held(); len(held) != 0 {
+		t.Errorf("still holding %v past the local deadline", held)
+	}
+	if lost := ev.lostBuckets(); len(lost) != 2 {
+		t.Errorf("deadline timer reported %v lost, want both buckets so their handlers are cancelled", lost)
+	}
+	// The deadline comes before the database's expiry, by the margin:
+	// nobody else could have taken the buckets yet.
+	leases, _ := lb.store.ListBuckets(context.Background())
+	if leases[1].Holder != "a" {
+		t.Errorf("the database lease expired before the local deadline: %+v", leases[1])
+	}
+}
+
+func TestTheDeadlineIsAnchoredBeforeTheRenewalWasSent(t *testing.T) {
+	lb := setupLeases(t)
+	slow := &slowStore{Store: lb.store, clock: lb.clock, delay: 4 * time.Second}
+	holder, _ := lb.keeper(t, slow, "a", bucket.Of(1))
+	sent := lb.clock.Now()
+	if err := holder.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := sent.Add(testTTL - deadlineMargin(testTTL))
+	holder.mu.Lock()
+	got := holder.held[1].deadline
+	holder.mu.Unlock()
+	if !got.Equal(want) {
+		t.Errorf("deadline %v, want %v: anchored at the send, not at the answer", got, want)
+	}
+}
+
+// slowStore answers lease statements after the clock has moved on, as a
+// slow network or a busy database does.
+type slowStore struct {
+	store.Store
+	clock *clock.Manual
+	delay time.Duration
+}
+
+func (s *slowStore) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([]store.BucketLease, error) {
+	s.clock.Advance(s.delay)
+	return s.Store.AcquireBuckets(ctx, req)
+}
+
+func TestReleaseLetsAStandbyTakeOverAtOnce(t *testing.T) {
+	lb := setupLeases(t)
+	holder, _ := lb.keeper(t, lb.store, "a", bucket.Of(3))
+	_ = holder.tick(context.Background())
+	standby, _ := lb.keeper(t, lb.store, "b", bucket.Of(3))
+	_ = standby.tick(context.Background())
+
+	holder.release(context.Background())
+	if len(holder.Held()) != 0 {
+		t.Error("the releasing node still holds buckets")
+	}
+	if err := standby.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if epoch, ok := standby.Holds(3); !ok || epoch != 2 {
+		t.Errorf("standby after release: held=%v epoch=%d, want epoch 2 without waiting for expiry", ok, epoch)
+	}
+}

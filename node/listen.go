@@ -1,0 +1,80 @@
+package node
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// listen turns the store's notifications into pokes: new work in a held
+// bucket wakes the claim loop, and a released bucket this node declares but
+// does not hold wakes the lease loop, so a standby takes over at once
+// instead of at its next heartbeat. Notifications are hints; the loops poll
+// anyway, so one that is missed delays work and loses none.
+func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscription) {
+	pause := n.cfg.PollInterval
+	for {
+		if sub != nil {
+			n.consume(ctx, sub)
+			_ = sub.Close()
+			if ctx.Err() != nil {
+				return
+			}
+			// The subscription ended on its own: whatever was announced
+			// meanwhile is found by looking again.
+			n.log.Warn("notification subscription ended; listening again")
+			n.claimLoop.poke()
+			n.leaseLoop.poke()
+		}
+		if !sleep(ctx, n.cfg.Clock, pause) {
+			return
+		}
+		sub = n.subscribe(ctx, nt)
+	}
+}
+
+// subscribe listens to the topics a node acts on; nil when it failed, and
+// the node polls meanwhile.
+func (n *Node) subscribe(ctx context.Context, nt store.Notifier) store.Subscription {
+	sub, err := nt.Listen(ctx, store.TopicTasks, store.TopicBuckets)
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Warn("listening for notifications failed; polling meanwhile", zap.Error(err))
+		}
+		return nil
+	}
+	return sub
+}
+
+// consume handles notifications until the subscription or ctx ends.
+func (n *Node) consume(ctx context.Context, sub store.Subscription) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case note, open := <-sub.C():
+			if !open {
+				return
+			}
+			n.notified(note)
+		}
+	}
+}
+
+func (n *Node) notified(note store.Notification) {
+	buckets, err := bucket.ParseSet(note.Payload, 0)
+	whole := err != nil // an unreadable payload: assume it concerns us
+	switch note.Topic {
+	case store.TopicTasks:
+		if whole || !buckets.Intersect(n.keeper.heldSet()).Empty() {
+			n.claimLoop.poke()
+		}
+	case store.TopicBuckets:
+		if whole || !buckets.Intersect(n.declared.Minus(n.keeper.heldSet())).Empty() {
+			n.leaseLoop.poke()
+		}
+	}
+}

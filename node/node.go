@@ -1,0 +1,407 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// Handler runs one attempt of a task. It returns nil when the work is done,
+// and an error to have the attempt retried (while attempts remain) or the
+// task failed. It may set t.Result (JSON) to record a result with success.
+//
+// ctx is cancelled when the attempt must stop: its timeout passed
+// (ErrTimeout), this node lost the task's bucket (ErrBucketLost) or the task
+// lease (ErrTaskLeaseLost), or a shutdown ran out of patience
+// (ErrShuttingDown); context.Cause(ctx) tells which. t.Epoch and t.ClaimSeq
+// are the fencing token for the handler's own side effects.
+type Handler func(ctx context.Context, t *task.Task) error
+
+// Causes of a handler's context cancellation, from context.Cause.
+var (
+	ErrTimeout       = errors.New("the task's timeout passed")
+	ErrBucketLost    = errors.New("bucket lease lost: another node holds the task's bucket, or may soon")
+	ErrTaskLeaseLost = errors.New("task lease lost: the attempt is no longer renewed")
+	ErrShuttingDown  = errors.New("node is shutting down: the task is released for another attempt")
+)
+
+// ErrStopped is returned by Start and Submit on a node that has been shut
+// down.
+var ErrStopped = errors.New("node has been shut down")
+
+type state int
+
+const (
+	stateNew state = iota
+	stateStarting
+	stateRunning
+	stateStopped
+)
+
+// Node is one worker process of a fleet: it holds the leases of the buckets
+// it declares, claims the tasks of the kinds registered with it in the
+// buckets it holds, runs them and records their outcomes.
+type Node struct {
+	store       store.Store
+	cfg         Config
+	id          string
+	incarnation string
+	log         *zap.Logger
+	// jitter draws the full-jitter retry delay in [0, ceiling]; tests
+	// replace it to make due times exact.
+	jitter func(ceiling time.Duration) time.Duration
+	// stmtTimeout bounds each store call of the loops: heartbeat/2, so a
+	// stuck call never delays the next renewal (DESIGN §6).
+	stmtTimeout time.Duration
+
+	// life serialises Start and Shutdown.
+	life sync.Mutex
+
+	mu       sync.Mutex
+	state    state
+	handlers map[string]Handler
+	// fleet is the fleet's metadata, read once (by Start or the first
+	// Submit); fleetOK says it has been.
+	fleet   store.Meta
+	fleetOK bool
+	// running holds every attempt this node has claimed and not yet
+	// settled: its handler is running, or its outcome is waiting to be
+	// written. Its size is what counts against Concurrency.
+	running map[task.Ref]*attempt
+	// active counts handlers that have not returned.
+	active int
+	// draining is set once Shutdown has begun: new attempts are released
+	// without running.
+	draining bool
+	// changed is closed and replaced whenever running or active changes,
+	// so that Shutdown can wait for them without polling.
+	changed chan struct{}
+
+	// Set by Start, read-only afterwards.
+	kinds    []string
+	declared bucket.Set
+	keeper   *leaseKeeper
+	runCtx   context.Context
+	stopRun  context.CancelCauseFunc
+
+	leaseLoop     *loop
+	heartbeatLoop *loop
+	claimLoop     *loop
+	renewLoop     *loop
+	listenLoop    *loop
+	completer     *completer
+
+	// claimPasses counts finished claim passes; tests wait on it to know
+	// that a pass has looked at the queue.
+	claimPasses atomic.Int64
+
+	shutdownErr error
+}
+
+// New returns a node for the store, with cfg's defaults filled in; it
+// refuses a configuration that cannot work, naming the field. The node does
+// nothing until Start.
+func New(s store.Store, cfg Config) (*Node, error) {
+	if s == nil {
+		return nil, errors.New("node: the store is nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		store:         s,
+		cfg:           cfg,
+		id:            cfg.NodeID,
+		incarnation:   cfg.NodeID + "/" + randomHex(8),
+		stmtTimeout:   max(cfg.BucketLeaseHeartbeat/2, 100*time.Millisecond),
+		handlers:      map[string]Handler{},
+		running:       map[task.Ref]*attempt{},
+		changed:       make(chan struct{}),
+		leaseLoop:     newLoop("bucket lease"),
+		heartbeatLoop: newLoop("node heartbeat"),
+		claimLoop:     newLoop("claim"),
+		renewLoop:     newLoop("task lease renewal"),
+		listenLoop:    newLoop("notification listener"),
+		jitter:        defaultJitter,
+	}
+	n.log = cfg.Logger.With(zap.String("node", n.id))
+	n.completer = newCompleter(n)
+	return n, nil
+}
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.id }
+
+// Incarnation returns the node id and this process's boot nonce: the owner
+// recorded on every lease the node takes, so a restarted node is never
+// mistaken for its previous life.
+func (n *Node) Incarnation() string { return n.incarnation }
+
+// Held returns the buckets this node serves now, with their epochs.
+func (n *Node) Held() []store.HeldBucket {
+	n.mu.Lock()
+	k := n.keeper
+	n.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	return k.Held()
+}
+
+// Register makes the node run tasks of kind with h. It must be called
+// before Start: the kinds are part of the node's registration, and the
+// claim asks only for them. Registering an empty kind, a nil handler, a kind
+// twice, or after Start is a programming error and panics, as
+// http.ServeMux.Handle does.
+func (n *Node) Register(kind string, h Handler) {
+	switch {
+	case kind == "":
+		panic("node: Register with an empty kind")
+	case h == nil:
+		panic(fmt.Sprintf("node: Register(%q) with a nil handler", kind))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state != stateNew {
+		panic(fmt.Sprintf("node: Register(%q) after Start: kinds are fixed once the node has started", kind))
+	}
+	if _, dup := n.handlers[kind]; dup {
+		panic(fmt.Sprintf("node: kind %q is registered twice", kind))
+	}
+	n.handlers[kind] = h
+}
+
+// registeredKinds lists the registered kinds, sorted.
+func (n *Node) registeredKinds() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	kinds := make([]string, 0, len(n.handlers))
+	for k := range n.handlers {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+// fleetMeta returns the fleet's metadata, reading it on first use.
+func (n *Node) fleetMeta(ctx context.Context) (store.Meta, error) {
+	n.mu.Lock()
+	if n.fleetOK {
+		defer n.mu.Unlock()
+		return n.fleet, nil
+	}
+	n.mu.Unlock()
+	meta, err := n.store.Meta(ctx)
+	if err != nil {
+		return store.Meta{}, fmt.Errorf("reading the fleet's metadata: %w", err)
+	}
+	n.mu.Lock()
+	n.fleet, n.fleetOK = meta, true
+	n.mu.Unlock()
+	return meta, nil
+}
+
+// ownership is the set of buckets this node declares in a fleet of count
+// buckets, and whether that is every bucket.
+func (n *Node) ownership(count int) (bucket.Set, bool) {
+	if n.cfg.AllBuckets {
+		return bucket.All(count), true
+	}
+	return n.cfg.Buckets, n.cfg.Buckets.IsAll(count)
+}
+
+// Start joins the fleet. In order: it reads the fleet's bucket count and
+// checks the declared buckets against it (an error matching
+// bucket.ErrInvalidSet, before any lease is taken); registers the node
+// (*store.NodeAliveError when a live process uses the same id); takes the
+// bucket leases it can, so that Held is filled when Start returns; and
+// starts the background loops.
+//
+// ctx bounds the start-up only. The node runs until Shutdown, whatever
+// happens to ctx afterwards; its values are kept for the loops.
+func (n *Node) Start(ctx context.Context) error {
+	n.life.Lock()
+	defer n.life.Unlock()
+	n.mu.Lock()
+	st := n.state
+	if st == stateNew {
+		// Register is refused from here on, so the kinds read below are
+		// the kinds the node runs.
+		n.state = stateStarting
+	}
+	n.mu.Unlock()
+	switch st {
+	case stateRunning:
+		return fmt.Errorf("node %s: already started", n.id)
+	case stateStopped:
+		return fmt.Errorf("node %s: %w", n.id, ErrStopped)
+	}
+	if err := n.start(ctx); err != nil {
+		n.mu.Lock()
+		n.state = stateNew // nothing is left behind: Start may be tried again
+		n.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (n *Node) start(ctx context.Context) error {
+	meta, err := n.store.Meta(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: reading the fleet's metadata: %w", n.id, err)
+	}
+	if n.cfg.NumBuckets != 0 && n.cfg.NumBuckets != meta.NumBuckets {
+		return fmt.Errorf("node %s: %w", n.id, &store.BucketCountError{Fleet: meta.NumBuckets, Requested: n.cfg.NumBuckets})
+	}
+	declared, all := n.ownership(meta.NumBuckets)
+	if err := declared.CheckRange(meta.NumBuckets); err != nil {
+		return fmt.Errorf("node %s: declared buckets: %w", n.id, err)
+	}
+	kinds := n.registeredKinds()
+	if len(kinds) == 0 {
+		n.log.Warn("no kinds registered: this node will hold its buckets but run nothing")
+	}
+
+	err = n.store.RegisterNode(ctx, store.NodeInfo{
+		ID: n.id, Incarnation: n.incarnation, Buckets: declared, Kinds: kinds, Version: n.cfg.Version,
+	}, n.cfg.BucketLeaseTTL)
+	if err != nil {
+		var alive *store.NodeAliveError
+		if errors.As(err, &alive) {
+			return err
+		}
+		return fmt.Errorf("node %s: registering: %w", n.id, err)
+	}
+
+	keeper := &leaseKeeper{
+		store: n.store, owner: n.incarnation, node: n.id, declared: declared,
+		ttl: n.cfg.BucketLeaseTTL, heartbeat: n.cfg.BucketLeaseHeartbeat,
+		margin: deadlineMargin(n.cfg.BucketLeaseTTL), clock: n.cfg.Clock, log: n.log,
+		onAcquired: n.bucketsAcquired,
+		onLost:     n.bucketsLost,
+		held:       map[int]heldLease{},
+	}
+	n.mu.Lock()
+	n.fleet, n.fleetOK = meta, true
+	n.kinds, n.declared, n.keeper = kinds, declared, keeper
+	n.mu.Unlock()
+
+	if err := keeper.tick(ctx); err != nil {
+		// Leave nothing behind: a lease the statement may have taken after
+		// all, and the registration.
+		keeper.release(ctx)
+		keeper.stopTimer()
+		n.stopRegistration(ctx)
+		return fmt.Errorf("node %s: taking bucket leases: %w", n.id, err)
+	}
+
+	n.runCtx, n.stopRun = context.WithCancelCause(context.WithoutCancel(ctx))
+	n.mu.Lock()
+	n.state = stateRunning
+	n.mu.Unlock()
+	n.startLoops()
+
+	n.log.Info("node started",
+		zap.String("incarnation", n.incarnation),
+		zap.String("declared", declared.String()),
+		zap.Bool("all_buckets", all),
+		zap.String("held", keeper.heldSet().String()),
+		zap.Strings("kinds", kinds),
+		zap.Int("fleet_buckets", meta.NumBuckets),
+		zap.Int("concurrency", n.cfg.Concurrency))
+	return nil
+}
+
+// startLoops starts the background loops. The completer runs before the
+// claim loop so that no outcome waits for it, and the subscription is taken
+// before the claim loop's first pass so that no announcement falls between
+// the two.
+func (n *Node) startLoops() {
+	ctx, c := n.runCtx, n.cfg
+	must := func(err error) {
+		if err != nil {
+			// Each loop is new here; a second start is a bug in this file.
+			panic(err)
+		}
+	}
+	must(n.completer.loop.start(ctx, n.completer.run))
+	if nt, ok := n.store.(store.Notifier); ok {
+		sub := n.subscribe(ctx, nt)
+		must(n.listenLoop.start(ctx, func(ctx context.Context) { n.listen(ctx, nt, sub) }))
+	}
+	must(n.leaseLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.leaseLoop.wake, false, func(ctx context.Context) {
+			_ = n.keeper.tick(ctx) // the keeper logs a failure, and serves until its deadline
+		})
+	}))
+	must(n.heartbeatLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.heartbeatLoop.wake, false, n.heartbeat)
+	}))
+	must(n.renewLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.TaskLeaseTTL/3, n.renewLoop.wake, false, n.renewTaskLeases)
+	}))
+	must(n.claimLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
+	}))
+}
+
+// defaultJitter draws uniformly from [0, ceiling].
+func defaultJitter(ceiling time.Duration) time.Duration {
+	switch {
+	case ceiling <= 0:
+		return 0
+	case ceiling == math.MaxInt64:
+		return time.Duration(rand.Int64N(int64(ceiling)))
+	}
+	return time.Duration(rand.Int64N(int64(ceiling) + 1))
+}
+
+// heartbeat tells the fleet this incarnation is alive.
+func (n *Node) heartbeat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
+	defer cancel()
+	err := n.store.HeartbeatNode(ctx, n.incarnation, n.cfg.BucketLeaseTTL)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrNotFound):
+		n.log.Error("node heartbeat refused: this incarnation is no longer the registered one "+
+			"(another process took the node id after this one's liveness lapsed)", zap.Error(err))
+	default:
+		n.log.Warn("node heartbeat failed", zap.Error(err))
+	}
+}
+
+// stopRegistration marks the incarnation stopped, on its own short timeout
+// so that a cancelled caller cannot skip it.
+func (n *Node) stopRegistration(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := n.store.StopNode(ctx, n.incarnation); err != nil {
+		n.log.Warn("marking the node stopped failed; its liveness will lapse", zap.Error(err))
+	}
+}
+
+// bucketsAcquired is the keeper's news of buckets taken: there may be work
+// waiting in them.
+func (n *Node) bucketsAcquired([]store.HeldBucket) {
+	n.claimLoop.poke()
+}
+
+// broadcastLocked wakes whoever waits on n.changed. n.mu must be held.
+func (n *Node) broadcastLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}

@@ -1,0 +1,84 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// decide maps what a handler did to the write that records it:
+//
+//   - nil: succeeded, with the handler's result. This holds even when the
+//     attempt's context was cancelled meanwhile: the work was done, and the
+//     record tells the truth.
+//   - cancelled for a shutdown: released to queued; the attempt does not
+//     count.
+//   - cancelled by the task's timeout: retrying while attempts remain, else
+//     timed_out.
+//   - any other error, a panic included: retrying while attempts remain,
+//     else failed.
+//
+// cause is the attempt context's cancellation cause, nil if it was not
+// cancelled.
+func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
+	tr := store.ActiveTransition{Ref: a.ref, Node: n.id}
+	if err == nil {
+		if validResult(a.view.Result) {
+			tr.To, tr.Reason, tr.Result = task.Succeeded, "handler returned", a.view.Result
+			return tr
+		}
+		err = fmt.Errorf("the handler succeeded but set a result that is not valid JSON (%d bytes)", len(a.view.Result))
+	}
+	retry := a.number < a.max
+	switch {
+	case errors.Is(cause, ErrShuttingDown):
+		tr.To, tr.Reason = task.Queued, "released at shutdown"
+		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {
+			tr.Error = err.Error()
+		}
+	case errors.Is(cause, ErrTimeout):
+		tr.Error = fmt.Sprintf("attempt %d timed out after %v: %v", a.number, a.view.Timeout, err)
+		if retry {
+			tr.To, tr.Reason, tr.Delay = task.Retrying, "timed out; retrying", n.backoff(a.number)
+		} else {
+			tr.To, tr.Reason = task.TimedOut, fmt.Sprintf("timed out on the last of %d attempts", a.max)
+		}
+	default:
+		tr.Error = err.Error()
+		if retry {
+			tr.To, tr.Reason, tr.Delay = task.Retrying, "failed; retrying", n.backoff(a.number)
+		} else {
+			tr.To, tr.Reason = task.Failed, fmt.Sprintf("failed on the last of %d attempts", a.max)
+		}
+	}
+	return tr
+}
+
+// backoff is the delay before the attempt after attempt number n.
+func (n *Node) backoff(attempt int) time.Duration {
+	return backoff(attempt, n.cfg.BackoffBase, n.cfg.BackoffMax, n.jitter)
+}
+
+// backoff is exponential backoff with full jitter: a random delay in
+// [0, min(ceiling, base × 2^(attempt-1))]. Full jitter spreads the retries of
+// tasks that failed together (a dependency that went down), which is what
+// keeps them from failing together again. jitter draws from [0, c].
+func backoff(attempt int, base, ceiling time.Duration, jitter func(c time.Duration) time.Duration) time.Duration {
+	c := base
+	for i := 1; i < attempt && c < ceiling; i++ {
+		if c > ceiling/2 {
+			c = ceiling // doubling would pass the ceiling, or overflow
+			break
+		}
+		c *= 2
+	}
+	c = min(c, ceiling)
+	if c <= 0 {
+		return 0
+	}
+	return min(max(jitter(c), 0), c)
+}

@@ -1,0 +1,141 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"go.uber.org/zap"
+)
+
+// Shutdown leaves the fleet gracefully:
+//
+//  1. it stops claiming;
+//  2. it lets running handlers finish for up to ShutdownTimeout, while
+//     their task leases and the bucket leases are still renewed;
+//  3. it cancels the handlers still running (cause ErrShuttingDown) and,
+//     once each has returned, releases its task to queued without counting
+//     the attempt (a pending stop turns it into stopped instead);
+//  4. it writes every outcome still queued, stops the loops, releases its
+//     bucket leases (announced, so a standby takes over at once) and marks
+//     the node stopped.
+//
+// ctx bounds the whole: when it ends before cancelled handlers return,
+// Shutdown goes on without them and says so in its error; their tasks are
+// rescued by the next holder once their leases lapse. Calling Shutdown again
+// returns the first call's answer; Shutdown without Start only marks the
+// node stopped.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.life.Lock()
+	defer n.life.Unlock()
+	n.mu.Lock()
+	st := n.state
+	n.state = stateStopped
+	n.mu.Unlock()
+	switch st {
+	case stateNew:
+		return nil
+	case stateStopped:
+		return n.shutdownErr
+	}
+	n.shutdownErr = n.shutdown(ctx)
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.log.Info("shutting down: no new claims; waiting for running handlers",
+		zap.Int("running", n.activeHandlers()), zap.Duration("timeout", n.cfg.ShutdownTimeout))
+	n.mu.Lock()
+	n.draining = true
+	n.mu.Unlock()
+	// Not waited for yet: under the inline executor the claim loop is the
+	// goroutine running a handler.
+	n.claimLoop.signalStop()
+	n.listenLoop.stop()
+
+	expired := make(chan struct{})
+	timer := n.cfg.Clock.AfterFunc(n.cfg.ShutdownTimeout, func() { close(expired) })
+	drained := n.waitHandlers(ctx, expired)
+	timer.Stop()
+
+	var err error
+	if !drained {
+		n.cancelRunning()
+		if !n.waitHandlers(ctx, nil) {
+			left := n.activeHandlers()
+			n.log.Error("shutdown deadline passed with handlers still running; "+
+				"their tasks will be rescued when their leases lapse", zap.Int("handlers", left))
+			err = fmt.Errorf("node %s: %d handlers did not return before the shutdown deadline: %w",
+				n.id, left, context.Cause(ctx))
+		}
+	}
+
+	n.claimLoop.stopWithin(ctx)
+	n.completer.loop.stop() // writes every outcome queued so far
+	n.renewLoop.stop()
+	n.heartbeatLoop.stop()
+	n.leaseLoop.stop()
+	n.keeper.release(ctx)
+	n.keeper.stopTimer()
+	n.stopRegistration(ctx)
+	n.stopRun(ErrShuttingDown)
+	n.log.Info("node stopped")
+	return err
+}
+
+// waitHandlers waits until the claim loop has ended and every handler has
+// returned; it gives up when ctx ends or expired is closed, but not before
+// it has looked once, so that a finished drain is seen as finished even
+// when ctx has ended meanwhile.
+func (n *Node) waitHandlers(ctx context.Context, expired <-chan struct{}) bool {
+	loopEnded := n.claimLoop.ended()
+	for {
+		select {
+		case <-loopEnded:
+			loopEnded = nil // ended; a nil channel is never selected again
+		default:
+		}
+		n.mu.Lock()
+		idle, changed := n.active == 0, n.changed
+		n.mu.Unlock()
+		if idle && loopEnded == nil {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-loopEnded:
+		case <-expired:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// cancelRunning cancels every handler still running, for release.
+func (n *Node) cancelRunning() {
+	n.mu.Lock()
+	var cancelled []*attempt
+	for _, a := range n.running {
+		if !a.done && a.abandoned == nil {
+			a.cancel(ErrShuttingDown)
+			cancelled = append(cancelled, a)
+		}
+	}
+	n.mu.Unlock()
+	sort.Slice(cancelled, func(i, j int) bool { return cancelled[i].ref.ID < cancelled[j].ref.ID })
+	ids := make([]int64, len(cancelled))
+	for i, a := range cancelled {
+		ids[i] = a.ref.ID
+		n.log.Warn("shutdown timeout passed: cancelling handler; its task will be released", a.fields()...)
+	}
+	if len(ids) > 0 {
+		n.log.Warn("cancelled handlers still running at the shutdown timeout", zap.Int64s("tasks", ids))
+	}
+}
+
+func (n *Node) activeHandlers() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.active
+}

@@ -1,0 +1,120 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// IssueCommand records a command for a task with the task's current owner,
+// and announces it to listeners as "<command id> <owner>".
+func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Command, error) {
+	switch c.Kind {
+	case store.CommandStop, store.CommandPause, store.CommandResume:
+	default:
+		return store.Command{}, fmt.Errorf("%w: unknown command %q: valid commands are %s, %s and %s",
+			store.ErrInvalid, c.Kind, store.CommandStop, store.CommandPause, store.CommandResume)
+	}
+	db, err := s.begin(ctx)
+	if err != nil {
+		return store.Command{}, err
+	}
+	defer db.mu.Unlock()
+
+	rec := db.task(c.TaskID)
+	if rec == nil {
+		return store.Command{}, taskNotFound(c.TaskID)
+	}
+	cmd := &store.Command{
+		ID:       int64(len(db.commands) + 1),
+		TaskID:   c.TaskID,
+		Kind:     c.Kind,
+		Reason:   c.Reason,
+		IssuedBy: c.IssuedBy,
+		IssuedAt: db.now(),
+	}
+	if rec.Status.Active() {
+		cmd.Owner = rec.Owner
+	}
+	db.commands = append(db.commands, cmd)
+	db.commandsByTask[c.TaskID] = append(db.commandsByTask[c.TaskID], cmd)
+	db.publish(store.TopicCommands, fmt.Sprintf("%d %s", cmd.ID, cmd.Owner))
+	return *cmd, nil
+}
+
+// stopPending reports whether a task has an unacknowledged stop command.
+func (db *database) stopPending(taskID int64) bool {
+	for _, cmd := range db.commandsByTask[taskID] {
+		if cmd.Kind == store.CommandStop && !cmd.Acked() {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingCommands lists the unacknowledged commands of the active tasks that
+// owner holds now, oldest first. The task's current owner decides, not the
+// one recorded at issue: a command issued before a claim reaches the node
+// that claimed the task.
+func (s *Store) PendingCommands(ctx context.Context, owner string) ([]store.Command, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+	out := []store.Command{}
+	for _, cmd := range db.commands {
+		if cmd.Acked() {
+			continue
+		}
+		if rec := db.task(cmd.TaskID); rec.Status.Active() && rec.Owner == owner {
+			out = append(out, *cmd)
+		}
+	}
+	return out, nil
+}
+
+func (db *database) command(id int64) (*store.Command, error) {
+	if id < 1 || id > int64(len(db.commands)) {
+		return nil, fmt.Errorf("command %d: %w", id, store.ErrNotFound)
+	}
+	return db.commands[id-1], nil
+}
+
+// AckCommand records that a command was applied. The first answer stands:
+// a second acknowledgement returns the command as first acknowledged, with
+// ErrConflict.
+func (s *Store) AckCommand(ctx context.Context, id int64, by, outcome string) (store.Command, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return store.Command{}, err
+	}
+	defer db.mu.Unlock()
+	cmd, err := db.command(id)
+	if err != nil {
+		return store.Command{}, err
+	}
+	if cmd.Acked() {
+		return *cmd, fmt.Errorf("command %d was already acknowledged by %s (%s): %w",
+			id, cmd.AckedBy, cmd.Outcome, store.ErrConflict)
+	}
+	cmd.AckedAt = db.now()
+	cmd.AckedBy = by
+	cmd.Outcome = outcome
+	return *cmd, nil
+}
+
+// GetCommand reads one command.
+func (s *Store) GetCommand(ctx context.Context, id int64) (store.Command, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return store.Command{}, err
+	}
+	defer db.mu.Unlock()
+	cmd, err := db.command(id)
+	if err != nil {
+		return store.Command{}, err
+	}
+	return *cmd, nil
+}

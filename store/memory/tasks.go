@@ -1,0 +1,421 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// taskRecord is one row of the tasks table with its audit trail.
+type taskRecord struct {
+	task.Task
+	events []task.Event
+}
+
+// fireKey names one tick of one schedule.
+type fireKey struct {
+	schedule     string
+	scheduledFor time.Time
+}
+
+// snapshot returns a copy the caller may change freely: the byte slices are
+// copied too, since a json.RawMessage shares its array.
+func (rec *taskRecord) snapshot() *task.Task {
+	t := rec.Task
+	t.Payload = bytes.Clone(t.Payload)
+	t.Result = bytes.Clone(t.Result)
+	t.Progress = bytes.Clone(t.Progress)
+	return &t
+}
+
+// CreateTasks inserts the tasks all or none, and announces the buckets of
+// those that can be claimed at once.
+func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task.Task, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+
+	if err := db.checkNewTasks(tasks); err != nil {
+		return nil, err
+	}
+	now := db.now()
+	out := make([]*task.Task, len(tasks))
+	var due []int
+	for i, nt := range tasks {
+		rec := db.insertTask(nt, now)
+		if rec.Status == task.Queued {
+			due = append(due, rec.Bucket)
+		}
+		out[i] = rec.snapshot()
+	}
+	db.announceTasks(due...)
+	return out, nil
+}
+
+// checkNewTasks refuses the whole batch if one task is invalid or collides
+// with a unique constraint, either with stored tasks or within the batch.
+// The error names the task by its index in the batch.
+func (db *database) checkNewTasks(tasks []store.NewTask) error {
+	uniqueInBatch := map[string]int{}
+	ticksInBatch := map[fireKey]int{}
+	for i, nt := range tasks {
+		if err := db.checkNewTask(nt); err != nil {
+			return fmt.Errorf("task at index %d: %w", i, err)
+		}
+		if nt.UniqueKey != "" {
+			if id, taken := db.uniqueKeys[nt.UniqueKey]; taken {
+				return fmt.Errorf("task at index %d: %w: unique key %q already names unfinished task %d",
+					i, store.ErrDuplicate, nt.UniqueKey, id)
+			}
+			if j, taken := uniqueInBatch[nt.UniqueKey]; taken {
+				return fmt.Errorf("task at index %d: %w: unique key %q is also used by the task at index %d",
+					i, store.ErrDuplicate, nt.UniqueKey, j)
+			}
+			uniqueInBatch[nt.UniqueKey] = i
+		}
+		if nt.Schedule != "" {
+			tick := fireKey{nt.Schedule, dbTime(nt.ScheduledFor)}
+			if id, taken := db.fired[tick]; taken {
+				return fmt.Errorf("task at index %d: %w: schedule %q already fired for %s as task %d",
+					i, store.ErrDuplicate, nt.Schedule, tick.scheduledFor.Format(time.RFC3339Nano), id)
+			}
+			if j, taken := ticksInBatch[tick]; taken {
+				return fmt.Errorf("task at index %d: %w: schedule %q tick %s is also fired by the task at index %d",
+					i, store.ErrDuplicate, nt.Schedule, tick.scheduledFor.Format(time.RFC3339Nano), j)
+			}
+			ticksInBatch[tick] = i
+		}
+	}
+	return nil
+}
+
+// checkNewTask refuses what no store could insert.
+func (db *database) checkNewTask(nt store.NewTask) error {
+	switch {
+	case nt.Kind == "":
+		return fmt.Errorf("%w: a task needs a kind", store.ErrInvalid)
+	case nt.MaxAttempts < 0:
+		return fmt.Errorf("%w: max attempts %d is negative", store.ErrInvalid, nt.MaxAttempts)
+	case nt.Timeout < 0:
+		return fmt.Errorf("%w: timeout %v is negative", store.ErrInvalid, nt.Timeout)
+	}
+	if err := db.checkBucket(nt.Bucket); err != nil {
+		return err
+	}
+	if err := checkJSON("payload", nt.Payload); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkJSON refuses a document that is not JSON. Nil or empty stands for
+// null and is accepted.
+func checkJSON(what string, doc json.RawMessage) error {
+	if len(doc) > 0 && !json.Valid(doc) {
+		return fmt.Errorf("%w: the %s is not valid JSON", store.ErrInvalid, what)
+	}
+	return nil
+}
+
+// jsonOrNull copies doc, turning "no document" into JSON null as a NOT NULL
+// jsonb column with a null default would, so that readers can always
+// unmarshal it.
+func jsonOrNull(doc json.RawMessage) json.RawMessage {
+	if len(doc) == 0 {
+		return json.RawMessage("null")
+	}
+	return bytes.Clone(doc)
+}
+
+// insertTask stores one checked task with its creation event.
+func (db *database) insertTask(nt store.NewTask, now time.Time) *taskRecord {
+	runAt := dbTime(nt.RunAt)
+	if runAt.IsZero() {
+		runAt = dbTime(now.Add(nt.Delay))
+	}
+	status := task.Queued
+	switch {
+	case nt.Pending:
+		status = task.Pending
+	case runAt.After(now):
+		status = task.Scheduled
+	}
+	maxAttempts := nt.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = store.DefaultMaxAttempts
+	}
+	rec := &taskRecord{Task: task.Task{
+		ID:            int64(len(db.tasks) + 1),
+		Kind:          nt.Kind,
+		Key:           nt.Key,
+		Bucket:        nt.Bucket,
+		Status:        status,
+		StatusVersion: 1,
+		Priority:      nt.Priority,
+		RunAt:         runAt,
+		MaxAttempts:   maxAttempts,
+		Timeout:       nt.Timeout,
+		Payload:       jsonOrNull(nt.Payload),
+		UniqueKey:     nt.UniqueKey,
+		Schedule:      nt.Schedule,
+		ScheduledFor:  dbTime(nt.ScheduledFor),
+		CreatedAt:     now,
+		UpdatedAt:     now,
+	}}
+	rec.events = []task.Event{{TaskID: rec.ID, Seq: 1, To: status, At: now, Reason: "created"}}
+	db.tasks = append(db.tasks, rec)
+	db.unfinished[rec.ID] = rec
+	if rec.UniqueKey != "" {
+		db.uniqueKeys[rec.UniqueKey] = rec.ID
+	}
+	if rec.Schedule != "" {
+		db.fired[fireKey{rec.Schedule, rec.ScheduledFor}] = rec.ID
+	}
+	return rec
+}
+
+// task finds a task by id, or nil.
+func (db *database) task(id int64) *taskRecord {
+	if id < 1 || id > int64(len(db.tasks)) {
+		return nil
+	}
+	return db.tasks[id-1]
+}
+
+func taskNotFound(id int64) error {
+	return fmt.Errorf("task %d: %w", id, store.ErrNotFound)
+}
+
+// GetTask reads one task.
+func (s *Store) GetTask(ctx context.Context, id int64) (*task.Task, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+	rec := db.task(id)
+	if rec == nil {
+		return nil, taskNotFound(id)
+	}
+	return rec.snapshot(), nil
+}
+
+// defaultListLimit is the page size of ListTasks when the filter names none.
+const defaultListLimit = 100
+
+// ListTasks returns matching tasks, newest first.
+func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task, error) {
+	for _, st := range f.Statuses {
+		if !st.Valid() {
+			return nil, fmt.Errorf("%w: unknown task status %q", store.ErrInvalid, st)
+		}
+	}
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+
+	limit := limitOr(f.Limit, defaultListLimit)
+	newest := int64(len(db.tasks))
+	if f.BeforeID > 0 {
+		newest = min(newest, f.BeforeID-1)
+	}
+	out := []*task.Task{}
+	for id := newest; id >= 1 && len(out) < limit; id-- {
+		if rec := db.tasks[id-1]; matches(&rec.Task, f) {
+			out = append(out, rec.snapshot())
+		}
+	}
+	return out, nil
+}
+
+// matches reports whether t passes every field of f that is set.
+func matches(t *task.Task, f store.TaskFilter) bool {
+	if len(f.Statuses) > 0 && !containsStatus(f.Statuses, t.Status) {
+		return false
+	}
+	return (f.Buckets == nil || f.Buckets.Contains(t.Bucket)) &&
+		(f.Kind == "" || f.Kind == t.Kind) &&
+		(f.Key == "" || f.Key == t.Key) &&
+		(f.Schedule == "" || f.Schedule == t.Schedule)
+}
+
+func containsStatus(list []task.Status, s task.Status) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TaskEvents returns a task's audit trail, creation first.
+func (s *Store) TaskEvents(ctx context.Context, id int64) ([]task.Event, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+	rec := db.task(id)
+	if rec == nil {
+		return nil, taskNotFound(id)
+	}
+	return append([]task.Event(nil), rec.events...), nil
+}
+
+// Transition moves one task by compare-and-set on its status_version.
+func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task, error) {
+	if !tr.To.Valid() {
+		return nil, fmt.Errorf("%w: unknown task status %q", store.ErrInvalid, tr.To)
+	}
+	if tr.To == task.Running {
+		// Running carries a task lease, claim_seq and epoch, which only a
+		// claim hands out.
+		return nil, fmt.Errorf("%w: task %d: only a claim moves a task to running", store.ErrInvalid, tr.ID)
+	}
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+
+	rec := db.task(tr.ID)
+	if rec == nil {
+		return nil, taskNotFound(tr.ID)
+	}
+	now := db.now()
+	if rec.StatusVersion != tr.Version {
+		return nil, fmt.Errorf("task %d is at status version %d (%s), not %d: %w",
+			rec.ID, rec.StatusVersion, rec.Status, tr.Version, store.ErrConflict)
+	}
+	if g := tr.Guard; g != nil && !db.leases[rec.Bucket].liveFor(g.Owner, g.Epoch, now) {
+		return nil, fmt.Errorf("task %d: %s does not hold bucket %d under epoch %d: %w",
+			rec.ID, g.Owner, rec.Bucket, g.Epoch, store.ErrFenced)
+	}
+	to, err := db.destination(rec, tr.To)
+	if err != nil {
+		return nil, err
+	}
+	db.move(rec, to, moveDetails{
+		reason: tr.Reason, errText: tr.Error, node: tr.Node, epoch: tr.Epoch, delay: tr.Delay,
+	}, now)
+	return rec.snapshot(), nil
+}
+
+// destination decides where a requested move out of rec's state goes, or
+// refuses it by the table.
+//
+// A pending stop wins over every way an attempt can end except success (the
+// work was done: the record tells the truth): when an active task is
+// stopping, or has an unacknowledged stop command, such a move goes to
+// stopped. This is decided before the table is consulted, because the table
+// lists what a stopping task can become (stopped, succeeded), not every
+// outcome its handler may report (failed, retrying, ...); and pausing has no
+// edge to stopped although a pausing task can be stopped.
+func (db *database) destination(rec *taskRecord, to task.Status) (task.Status, error) {
+	if endsAttempt(rec.Status, to) && (rec.Status == task.Stopping || db.stopPending(rec.ID)) {
+		return task.Stopped, nil
+	}
+	if !task.CanTransition(rec.Status, to) {
+		return "", &task.TransitionError{ID: rec.ID, From: rec.Status, To: to}
+	}
+	return to, nil
+}
+
+// attemptOutcomes are the states an attempt can end in, other than success:
+// every state the table reaches from an active state that is not active.
+var attemptOutcomes = func() map[task.Status]bool {
+	out := map[task.Status]bool{}
+	for _, from := range []task.Status{task.Running, task.Stopping, task.Pausing} {
+		for _, to := range task.Next(from) {
+			if !to.Active() && to != task.Succeeded {
+				out[to] = true
+			}
+		}
+	}
+	return out
+}()
+
+// endsAttempt reports whether a move from state from to state to ends an
+// active attempt without success.
+func endsAttempt(from, to task.Status) bool {
+	return from.Active() && attemptOutcomes[to]
+}
+
+// moveDetails is what a transition records besides its destination.
+type moveDetails struct {
+	reason  string
+	errText string
+	node    string        // for the event
+	epoch   int64         // for the event
+	delay   time.Duration // from now, for retrying and scheduled
+}
+
+// move applies a transition the caller has already allowed, and writes its
+// audit event. Claims set their lease fields before calling it.
+func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now time.Time) {
+	from := rec.Status
+	if from.Active() && !to.Active() {
+		// The attempt is over: it holds no lease any more, and its error
+		// (or none) is the latest attempt's. Node, epoch and claim_seq stay
+		// for history.
+		rec.Owner = ""
+		rec.LeaseExpiresAt = time.Time{}
+		rec.Error = m.errText
+	} else if m.errText != "" {
+		rec.Error = m.errText
+	}
+	switch to {
+	case task.Queued:
+		rec.RunAt = now
+		if from.Active() && rec.Attempt > 0 {
+			// A release: the attempt was handed back unfinished, so it does
+			// not count. claim_seq stays moved on.
+			rec.Attempt--
+		}
+		db.announceTasks(rec.Bucket)
+	case task.Retrying, task.Scheduled:
+		rec.RunAt = dbTime(now.Add(m.delay))
+		if !rec.RunAt.After(now) {
+			db.announceTasks(rec.Bucket)
+		}
+	}
+	if to.Terminal() {
+		rec.FinishedAt = now
+		delete(db.unfinished, rec.ID)
+		if rec.UniqueKey != "" && db.uniqueKeys[rec.UniqueKey] == rec.ID {
+			delete(db.uniqueKeys, rec.UniqueKey)
+		}
+	}
+	rec.Status = to
+	rec.StatusVersion++
+	rec.UpdatedAt = now
+	rec.events = append(rec.events, task.Event{
+		TaskID:  rec.ID,
+		Seq:     rec.StatusVersion,
+		From:    from,
+		To:      to,
+		At:      now,
+		Node:    m.node,
+		Epoch:   m.epoch,
+		Attempt: rec.Attempt,
+		Reason:  m.reason,
+		Error:   m.errText,
+	})
+}
+
+// announceTasks tells listeners that tasks became claimable in buckets.
+func (db *database) announceTasks(buckets ...int) {
+	if len(buckets) > 0 {
+		db.publish(store.TopicTasks, bucket.Of(buckets...).String())
+	}
+}

@@ -1,0 +1,161 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// BenchmarkClaimComplete measures the per-task cost of the execution hot
+// path: claim a batch of 100 no-op tasks, complete them with one
+// AdvanceActive. One op is one task. It runs on an otherwise empty table
+// and beside 1,000,000 finished tasks, whose presence must not change the
+// cost; the workers variants run several claim loops at once, as a node's
+// executors would.
+//
+//	go test -run='^$' -bench=ClaimComplete -benchtime=20000x ./store/postgres/
+func BenchmarkClaimComplete(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		finished int
+		workers  int
+	}{
+		{"empty", 0, 1},
+		{"finished_1M", 1_000_000, 1},
+		{"empty/4_workers", 0, 4},
+		{"finished_1M/4_workers", 1_000_000, 4},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchClaimComplete(b, c.finished, c.workers) })
+	}
+}
+
+const benchBatch = 100
+
+func benchClaimComplete(b *testing.B, finished, workers int) {
+	ctx := context.Background()
+	s := migrated(b, bucket.DefaultCount)
+	if finished > 0 {
+		fill := fmt.Sprintf(`
+			INSERT INTO flotilla_tasks (kind, bucket, status, status_version, run_at, attempt, max_attempts,
+			                            claim_seq, node, epoch, created_at, started_at, finished_at, updated_at)
+			SELECT 'noop', g %% %d, 'succeeded', 3, now(), 1, 3, 1, 'bench', 1, now(), now(), now(), now()
+			FROM generate_series(1, %d) g`, bucket.DefaultCount, finished)
+		if _, err := s.Pool().Exec(ctx, fill); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Pool().Exec(ctx, `VACUUM ANALYZE flotilla_tasks`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{
+		Owner: "bench", Node: "bench", Buckets: bucket.All(bucket.DefaultCount), TTL: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := make([]store.HeldBucket, len(leases))
+	for i, l := range leases {
+		held[i] = store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch}
+	}
+	enqueue(b, s, b.N)
+
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := claimAndComplete(ctx, s, held); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	if n := queryValue[int64](b, s, `SELECT count(*) FROM flotilla_tasks WHERE status = 'succeeded'`); n != int64(finished+b.N) {
+		b.Fatalf("%d tasks succeeded, want %d", n, finished+b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
+}
+
+// enqueue creates n no-op tasks spread over every bucket.
+func enqueue(b *testing.B, s *postgres.Store, n int) {
+	ctx := context.Background()
+	const chunk = 10_000
+	for done := 0; done < n; done += chunk {
+		batch := make([]store.NewTask, min(chunk, n-done))
+		for i := range batch {
+			batch[i] = store.NewTask{Kind: "noop", Bucket: (done + i) % bucket.DefaultCount}
+		}
+		if _, err := s.CreateTasks(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// claimAndComplete runs one executor loop until the queue is empty.
+func claimAndComplete(ctx context.Context, s *postgres.Store, held []store.HeldBucket) error {
+	batch := make([]store.ActiveTransition, 0, benchBatch)
+	for {
+		claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{
+			Owner: "bench", Node: "bench", Buckets: held, Kinds: []string{"noop"}, Limit: benchBatch, LeaseTTL: time.Minute,
+		})
+		if err != nil {
+			return err
+		}
+		if len(claimed) == 0 {
+			return nil
+		}
+		batch = batch[:0]
+		for _, t := range claimed {
+			batch = append(batch, store.ActiveTransition{Ref: t.Ref(), To: task.Succeeded, Node: "bench"})
+		}
+		out, err := s.AdvanceActive(ctx, "bench", batch)
+		if err != nil {
+			return err
+		}
+		for _, o := range out {
+			if o.Err != nil {
+				return o.Err
+			}
+		}
+	}
+}
+
+// BenchmarkCreateTasks measures inserts per task, by batch size: the
+// multi-row INSERT below copyThreshold, COPY from it on.
+func BenchmarkCreateTasks(b *testing.B) {
+	for _, size := range []int{1, 10, 100, 1000, 10_000} {
+		b.Run(fmt.Sprintf("batch_%d", size), func(b *testing.B) {
+			ctx := context.Background()
+			s := migrated(b, bucket.DefaultCount)
+			batch := make([]store.NewTask, size)
+			for i := range batch {
+				batch[i] = store.NewTask{Kind: "noop", Key: fmt.Sprint(i), Bucket: i % bucket.DefaultCount,
+					Payload: []byte(`{"n": 1}`)}
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; done += size {
+				if _, err := s.CreateTasks(ctx, batch[:min(size, b.N-done)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+		})
+	}
+}

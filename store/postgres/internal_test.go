@@ -1,0 +1,140 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// TestClaimUsesTheClaimIndex checks the claim's plan where it matters: with
+// many finished tasks beside a few queued ones, it must walk the partial
+// claim index, never scan the table; and so it must with statistics that
+// have not seen the queued tasks yet.
+func TestClaimUsesTheClaimIndex(t *testing.T) {
+	t.Run("analyzed", func(t *testing.T) { testClaimPlan(t, true) })
+	t.Run("not_analyzed", func(t *testing.T) { testClaimPlan(t, false) })
+}
+
+func testClaimPlan(t *testing.T, analyze bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := New(ctx, testdb.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Migrate(ctx, 64); err != nil {
+		t.Fatal(err)
+	}
+	fill := []string{
+		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
+		 SELECT 'noop', g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
+		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
+		 SELECT 'noop', g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 1000) g`,
+		`ANALYZE flotilla_tasks`,
+	}
+	if !analyze {
+		// Statistics of the finished tasks only.
+		fill = []string{fill[0], fill[2], fill[1]}
+	}
+	for _, sql := range fill {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	for _, held := range []bucket.Set{bucket.All(64), bucket.Of(3, 17)} {
+		leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: held, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			buckets []int32
+			epochs  []int64
+		)
+		for _, l := range leases {
+			buckets, epochs = append(buckets, int32(l.Bucket)), append(epochs, l.Epoch)
+		}
+		// As ClaimTasks runs it: in a transaction, under claimSettingSQL.
+		var plan []string
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, claimSettingSQL); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN "+claimSQL,
+				buckets, epochs, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), epochs)
+			if err != nil {
+				return err
+			}
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "flotilla_tasks_claim_idx") {
+			t.Errorf("holding %s, the claim does not use flotilla_tasks_claim_idx:\n%s", held, text)
+		}
+		// Walking the index in order, it neither reads the finished tasks
+		// nor sorts the claimable ones.
+		if strings.Contains(text, "Seq Scan on flotilla_tasks ") || strings.Contains(text, "Sort") {
+			t.Errorf("holding %s, the claim scans or sorts the tasks:\n%s", held, text)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct{ dsn, want string }{
+		{"", ""},
+		{"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
+		{"postgres://user:secret@host:5432/db?sslmode=disable", "postgres://user@host:5432/db?sslmode=disable"},
+		{"postgresql://user:secret@host/db", "postgresql://user@host/db"},
+		{"postgres://user:p%40ss@host/db", "postgres://user@host/db"},
+		{"postgres://user:p@ss:w/rd@host/db", "postgres://user@host/db"},
+		{"postgres://user:secret@h1:5432,h2:5433/db?target_session_attrs=read-write", "postgres://user@h1:5432,h2:5433/db?target_session_attrs=read-write"},
+		{"postgres://user@host/db?password=secret&sslmode=disable", "postgres://user@host/db?sslmode=disable"},
+		{"postgres://user@host/db?sslmode=disable&pass%77ord=secret", "postgres://user@host/db?sslmode=disable"},
+		{"postgres://user:secret@host", "postgres://user@host"},
+		{"postgres://host/db", "postgres://host/db"},
+		{"host=localhost user=u password=secret dbname=db", "host=localhost user=u dbname=db"},
+		{"host=localhost password='sec ret' dbname=db", "host=localhost dbname=db"},
+		{`host=localhost password='it\'s secret' dbname=db`, "host=localhost dbname=db"},
+		{"host = localhost password = secret  dbname = db", "host=localhost dbname=db"},
+		{"host=localhost password='unterminated secret", unparseableDSN},
+		{"not a dsn secret", unparseableDSN},
+	}
+	for _, tt := range tests {
+		got := redact(tt.dsn)
+		if got != tt.want {
+			t.Errorf("redact(%q) = %q, want %q", tt.dsn, got, tt.want)
+		}
+		if strings.Contains(got, "secret") || strings.Contains(got, "ret") && strings.Contains(tt.dsn, "sec ret") {
+			t.Errorf("redact(%q) = %q still holds the password", tt.dsn, got)
+		}
+	}
+}
+
+func TestPasswords(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://u:s%40cret@h/db":             "s@cret",
+		"postgres://u@h/db?password=pw&x=1":      "pw",
+		"host=h password='sec ret'":              "sec ret",
+		"postgres://u:p@ss:w/rd@h/db?sslmode=no": "p@ss:w/rd",
+	} {
+		found := false
+		for _, pw := range passwords(dsn) {
+			found = found || pw == want
+		}
+		if !found {
+			t.Errorf("passwords(%q) = %q, want it to include %q", dsn, passwords(dsn), want)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// Defaults of the options.
+const (
+	// DefaultMaxConns is the pool size when WithMaxConns is not given and
+	// the DSN has no pool_max_conns.
+	DefaultMaxConns = 20
+	// DefaultApplicationName is reported to PostgreSQL (pg_stat_activity)
+	// unless the DSN or WithApplicationName names another.
+	DefaultApplicationName = "flotilla"
+	// DefaultConnectTimeout bounds each connection attempt when the DSN
+	// sets no connect_timeout, so that an unreachable database fails fast
+	// instead of waiting for the operating system to give up.
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// Store is the PostgreSQL store. It is safe for concurrent use; Close it
+// when done.
+type Store struct {
+	pool *pgxpool.Pool
+
+	mu     sync.Mutex
+	subs   map[*subscription]struct{}
+	closed bool
+
+	// numBuckets caches the fleet's bucket count once read, to refuse tasks
+	// for buckets the fleet does not have. It never changes once set.
+	numBuckets int
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	maxConns         int32
+	statementTimeout time.Duration
+	applicationName  string
+}
+
+// WithMaxConns sets the largest number of pooled connections (default
+// DefaultMaxConns, or the DSN's pool_max_conns). Subscriptions (Listen) use
+// connections of their own on top of these.
+func WithMaxConns(n int) Option {
+	return func(o *options) { o.maxConns = int32(n) }
+}
+
+// WithStatementTimeout makes PostgreSQL cancel any statement of this store
+// that runs longer than d (the statement_timeout setting, per connection).
+// Zero, the default, sets no timeout of its own.
+func WithStatementTimeout(d time.Duration) Option {
+	return func(o *options) { o.statementTimeout = d }
+}
+
+// WithApplicationName sets the application_name the connections report
+// (default DefaultApplicationName, unless the DSN names one).
+func WithApplicationName(name string) Option {
+	return func(o *options) { o.applicationName = name }
+}
+
+// New connects to the PostgreSQL database named by dsn (a URL or key=value
+// connection string) and pings it. It does not migrate: call Migrate, or Meta
+// to check that the schema is the one this binary knows.
+//
+// Errors never contain the DSN's password.
+func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, parseError(dsn, err)
+	}
+	switch {
+	case o.maxConns > 0:
+		cfg.MaxConns = o.maxConns
+	case !hasSetting(dsn, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
+	}
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = DefaultConnectTimeout
+	}
+	// Prepared statements are cached per connection (pgx's default
+	// QueryExecModeCacheStatement). After five executions PostgreSQL may
+	// switch a prepared statement to a generic plan, chosen without the
+	// parameter values and with the statistics of the moment: a claim
+	// prepared while the table is empty can get a sorted full scan, and
+	// PostgreSQL keeps using it once the table holds millions of rows. A
+	// custom plan per execution costs a little planning time and keeps the
+	// claim on its partial index; it also lets the optional filters of
+	// ListTasks (`$1 IS NULL OR ...`) fold away.
+	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	if o.applicationName != "" {
+		cc.RuntimeParams["application_name"] = o.applicationName
+	} else if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = DefaultApplicationName
+	}
+	if o.statementTimeout > 0 {
+		cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.statementTimeout.Milliseconds(), 10)
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
+	}
+	return &Store{pool: pool, subs: map[*subscription]struct{}{}}, nil
+}
+
+// where names the server and database of cfg for messages: host:port/db,
+// never the user's password.
+func where(cfg *pgxpool.Config) string {
+	cc := cfg.ConnConfig
+	host := cc.Host
+	if strings.HasPrefix(host, "/") {
+		// A Unix socket directory.
+		return fmt.Sprintf("%s/.s.PGSQL.%d/%s", host, cc.Port, cc.Database)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(cc.Port))) + "/" + cc.Database
+}
+
+// parseError describes a DSN that pgx could not parse, without its password.
+func parseError(dsn string, err error) error {
+	msg := err.Error()
+	// pgx's message repeats the DSN (as pgx redacts it); the message names
+	// it once, redacted here.
+	if rest, ok := strings.CutPrefix(msg, "cannot parse `"); ok {
+		if i := strings.Index(rest, "`: "); i >= 0 {
+			msg = rest[i+len("`: "):]
+		}
+	}
+	// pgx redacts what it recognises as a password; remove what redact
+	// finds too, in case pgx could not tell.
+	for _, pw := range passwords(dsn) {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return fmt.Errorf("invalid PostgreSQL DSN %s: %s: %w", redact(dsn), msg, store.ErrInvalid)
+}
+
+// hasSetting reports whether a DSN names a setting, in either syntax.
+func hasSetting(dsn, name string) bool {
+	return strings.Contains(dsn, name+"=") || strings.Contains(dsn, name+" =")
+}
+
+// Pool returns the store's connection pool, for tests and benchmarks that
+// look at the tables directly, and for callers that open the transactions
+// given to CreateTasksTx.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close ends every subscription and closes the pool. It waits for
+// statements in progress to finish.
+func (s *Store) Close() {
+	s.mu.Lock()
+	s.closed = true
+	subs := make([]*subscription, 0, len(s.subs))
+	for sub := range s.subs {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		_ = sub.Close()
+	}
+	s.pool.Close()
+}
+
+const nowSQL = `SELECT statement_timestamp()`
+
+// Now returns the database's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, nowSQL).Scan(&now); err != nil {
+		return time.Time{}, wrap(err, "read the database clock")
+	}
+	return now.UTC(), nil
+}
+
+// errClosed is returned by Listen after Close.
+var errClosed = errors.New("the store is closed")

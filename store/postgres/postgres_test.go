@@ -1,0 +1,615 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// testTimeout bounds every test's database work; generous for a loaded
+// machine under -race.
+const testTimeout = 2 * time.Minute
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// migrated opens a store on a fresh database migrated with numBuckets.
+func migrated(t testing.TB, numBuckets int, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	s := open(t, testdb.New(t), opts...)
+	if _, err := s.Migrate(testContext(t), numBuckets); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+func queryValue[T any](t testing.TB, s *postgres.Store, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := s.Pool().QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// receive waits for a notification on topic, skipping others, until the
+// deadline.
+func receive(t *testing.T, sub store.Subscription, topic store.Topic, within time.Duration) store.Notification {
+	t.Helper()
+	timeout := time.NewTimer(within)
+	defer timeout.Stop()
+	for {
+		select {
+		case n, open := <-sub.C():
+			if !open {
+				t.Fatalf("subscription closed while waiting for %s", topic)
+			}
+			if n.Topic == topic {
+				return n
+			}
+		case <-timeout.C:
+			t.Fatalf("no %s notification within %v", topic, within)
+		}
+	}
+}
+
+func TestMigrateConcurrentlyOnAFreshDatabase(t *testing.T) {
+	ctx := testContext(t)
+	dsn := testdb.New(t)
+	stores := []*postgres.Store{open(t, dsn), open(t, dsn), open(t, dsn)}
+
+	var wg sync.WaitGroup
+	metas := make([]store.Meta, len(stores))
+	errs := make([]error, len(stores))
+	start := make(chan struct{})
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			metas[i], errs[i] = s.Migrate(ctx, 32)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Migrate %d: %v", i, err)
+		}
+		if metas[i].NumBuckets != 32 || metas[i].SchemaVersion != postgres.SchemaVersion || !metas[i].CreatedAt.Equal(metas[0].CreatedAt) {
+			t.Errorf("Migrate %d answered %+v, want the fleet of 32 buckets that %+v describes", i, metas[i], metas[0])
+		}
+	}
+	s := stores[0]
+	if n := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_schema_migrations`); n != postgres.SchemaVersion {
+		t.Errorf("%d migration rows, want %d", n, postgres.SchemaVersion)
+	}
+	if n := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_meta`); n != 1 {
+		t.Errorf("%d meta rows, want 1", n)
+	}
+	if n := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_bucket_leases`); n != 32 {
+		t.Errorf("%d bucket leases, want 32", n)
+	}
+	if _, err := s.Migrate(ctx, -1); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Migrate(-1): %v, want store.ErrInvalid", err)
+	}
+}
+
+func TestMetaOfAnOlderSchemaAsksForMigrate(t *testing.T) {
+	s := migrated(t, 8)
+	if _, err := s.Pool().Exec(context.Background(), `DELETE FROM flotilla_schema_migrations`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(context.Background(), `INSERT INTO flotilla_schema_migrations (version) VALUES (0)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Meta(testContext(t))
+	var se *store.SchemaError
+	if !errors.As(err, &se) || se.Database != 0 || !strings.Contains(err.Error(), "worker migrate") {
+		t.Errorf("Meta with no applied migration: %v, want a SchemaError asking for `worker migrate`", err)
+	}
+}
+
+func TestCreateTasksTx(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	sub, err := s.Listen(ctx, store.TopicTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	// Rolled back: nothing is left and nothing is announced.
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := s.CreateTasksTx(ctx, tx, []store.NewTask{{Kind: "noop", Key: "a", Bucket: 1}})
+	if err != nil || len(created) != 1 {
+		t.Fatalf("CreateTasksTx: %v %v", created, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTask(ctx, created[0].ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a task of a rolled-back transaction: %v, want store.ErrNotFound", err)
+	}
+
+	// Committed: visible, and announced. Notifications arrive in commit
+	// order, so the first one must be this one's, not the rolled-back one's.
+	var committed []*task.Task
+	err = pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE caller_rows (id int)`); err != nil {
+			return err
+		}
+		committed, err = s.CreateTasksTx(ctx, tx, []store.NewTask{
+			{Kind: "noop", Key: "b", Bucket: 2}, {Kind: "noop", Key: "c", Bucket: 3},
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range committed {
+		if got, err := s.GetTask(ctx, c.ID); err != nil || got.Status != task.Queued {
+			t.Errorf("committed task %d: %v %v", c.ID, got, err)
+		}
+	}
+	if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != "2-3" {
+		t.Errorf("first notification %q, want 2-3 (the committed batch)", n.Payload)
+	}
+
+	// The bulk path inside a caller's transaction, rolled back.
+	tx, err = s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulk, err := s.CreateTasksTx(ctx, tx, batchOf(600, 4))
+	if err != nil || len(bulk) != 600 {
+		t.Fatalf("CreateTasksTx of 600: %d %v", len(bulk), err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_tasks`); n != 2 {
+		t.Errorf("%d tasks after a rolled-back bulk insert, want the 2 committed", n)
+	}
+}
+
+// future is the RunAt of batchOf's tasks that are due later.
+var future = time.Now().Add(48 * time.Hour).Truncate(time.Second)
+
+// batchOf makes n tasks of every shape: queued, delayed, future RunAt, past
+// RunAt, pending, with and without payload, unique key and schedule.
+func batchOf(n int, seed int) []store.NewTask {
+	past := time.Now().Add(-48 * time.Hour)
+	tick := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	out := make([]store.NewTask, n)
+	for i := range out {
+		nt := store.NewTask{
+			Kind: fmt.Sprintf("kind-%d", i%3), Key: fmt.Sprintf("key-%d", i), Bucket: (i + seed) % 8,
+			Priority: i % 5, MaxAttempts: i % 4, Timeout: time.Duration(i%7) * time.Second,
+		}
+		switch i % 6 {
+		case 0:
+			nt.Payload = json.RawMessage(fmt.Sprintf(`{"i": %d, "s": "x"}`, i))
+		case 1:
+			nt.Delay = time.Hour
+		case 2:
+			nt.RunAt = future
+		case 3:
+			nt.RunAt = past
+			nt.Payload = json.RawMessage(`[1,2,3]`)
+		case 4:
+			nt.Pending = true
+			nt.UniqueKey = fmt.Sprintf("unique-%d-%d", seed, i)
+		case 5:
+			nt.Schedule, nt.ScheduledFor = fmt.Sprintf("sched-%d", seed), tick.Add(time.Duration(i)*time.Minute)
+		}
+		out[i] = nt
+	}
+	return out
+}
+
+// sameTask compares two reads of a task, with payloads compared as JSON.
+func sameTask(t *testing.T, what string, got, want *task.Task) {
+	t.Helper()
+	g, w := *got, *want
+	if !jsonEqual(g.Payload, w.Payload) {
+		t.Errorf("%s: task %d payload %s, want %s", what, w.ID, g.Payload, w.Payload)
+	}
+	g.Payload, w.Payload = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: task %d\n got %+v\nwant %+v", what, w.ID, g, w)
+	}
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+func TestInsertAndCopyPathsAgree(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	sub, err := s.Listen(ctx, store.TopicTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	small, err := s.CreateTasks(ctx, batchOf(12, 0)) // INSERT ... unnest
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := s.CreateTasks(ctx, batchOf(612, 1)) // COPY
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, created := range map[string][]*task.Task{"insert": small, "copy": large} {
+		for i, c := range created {
+			if i > 0 && c.ID <= created[i-1].ID {
+				t.Fatalf("%s: ids not ascending in input order at %d", name, i)
+			}
+			got, err := s.GetTask(ctx, c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameTask(t, name+" path, returned vs stored", c, got)
+		}
+	}
+	// The same input row gives the same task by either path, apart from
+	// its id, bucket (seeded differently) and creation time.
+	for i := range small {
+		a, b := *small[i], *large[i]
+		for _, x := range []*task.Task{&a, &b} {
+			x.ID, x.Bucket, x.CreatedAt, x.UpdatedAt, x.Schedule, x.UniqueKey = 0, 0, time.Time{}, time.Time{}, "", ""
+			if !x.RunAt.Equal(future) {
+				x.RunAt = time.Time{} // now, or now + Delay: read at different times
+			}
+		}
+		sameTask(t, fmt.Sprintf("input %d, insert vs copy", i), &b, &a)
+	}
+	statuses := map[task.Status]int{}
+	for _, c := range large {
+		statuses[c.Status]++
+	}
+	if statuses[task.Queued] != 306 || statuses[task.Scheduled] != 204 || statuses[task.Pending] != 102 {
+		t.Errorf("copy path statuses %v", statuses)
+	}
+	if s := large[0]; s.MaxAttempts != store.DefaultMaxAttempts || s.StatusVersion != 1 {
+		t.Errorf("copy path defaults: %+v", s)
+	}
+
+	// Both paths announce the buckets of their due tasks once.
+	for _, created := range [][]*task.Task{small, large} {
+		var due []int
+		for _, c := range created {
+			if c.Status == task.Queued {
+				due = append(due, c.Bucket)
+			}
+		}
+		want := bucket.Of(due...).String()
+		if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != want {
+			t.Errorf("notification %q, want %q", n.Payload, want)
+		}
+	}
+
+	// Both paths name a unique key that is taken, and leave nothing behind.
+	before := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_tasks`)
+	for _, n := range []int{3, 700} {
+		batch := batchOf(n, 9)
+		batch[len(batch)-1].UniqueKey = "unique-0-4"
+		_, err := s.CreateTasks(ctx, batch)
+		if !errors.Is(err, store.ErrDuplicate) || !strings.Contains(err.Error(), "unique-0-4") {
+			t.Errorf("batch of %d with a taken unique key: %v, want store.ErrDuplicate naming it", n, err)
+		}
+	}
+	if after := queryValue[int64](t, s, `SELECT count(*) FROM flotilla_tasks`); after != before {
+		t.Errorf("refused batches left %d tasks", after-before)
+	}
+
+	// A bucket the fleet does not have is refused before any write.
+	_, err = s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 8}})
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "bucket 8") {
+		t.Errorf("a task for bucket 8 of 8: %v, want store.ErrInvalid naming the bucket", err)
+	}
+}
+
+func TestListenSurvivesATerminatedConnection(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	sub, err := s.Listen(ctx, store.TopicTasks, store.TopicBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != "6" {
+		t.Errorf("payload %q, want 6", n.Payload)
+	}
+
+	listener := `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`
+	pid := queryValue[int32](t, s, listener)
+	if !queryValue[bool](t, s, `SELECT pg_terminate_backend($1)`, pid) {
+		t.Fatalf("could not terminate the listener (pid %d)", pid)
+	}
+
+	// Notifications sent while it reconnects are lost; keep creating tasks
+	// until one arrives, as a consumer's polling would.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case n, open := <-sub.C():
+			if !open {
+				t.Fatal("the subscription ended when its connection was terminated")
+			}
+			if n.Topic != store.TopicTasks || n.Payload != "7" {
+				t.Fatalf("after reconnecting: %+v", n)
+			}
+		case <-time.After(200 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatalf("no notification after the connection was terminated (Err: %v)", sub.(postgres.Subscription).Err())
+			}
+			continue
+		}
+		break
+	}
+	if err := sub.(postgres.Subscription).Err(); err != nil {
+		t.Errorf("Err after reconnecting: %v", err)
+	}
+	if newPID := queryValue[int32](t, s, listener); newPID == pid {
+		t.Errorf("the listener still has pid %d", pid)
+	}
+
+	// Close ends it: the channel closes and the connection goes away.
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range sub.C() {
+	}
+	if err := sub.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestCloseEndsSubscriptions(t *testing.T) {
+	dsn := testdb.New(t)
+	s, err := postgres.New(testContext(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.Listen(context.Background(), store.TopicCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for range sub.C() {
+	}
+	if _, err := s.Listen(context.Background(), store.TopicCommands); err == nil {
+		t.Error("Listen after Close succeeded")
+	}
+}
+
+func TestUnreachableDatabaseFailsFastWithoutThePassword(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://u:secret@127.0.0.1:1/x",
+		"host=127.0.0.1 port=1 user=u password=secret dbname=x",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		start := time.Now()
+		s, err := postgres.New(ctx, dsn)
+		cancel()
+		if err == nil {
+			s.Close()
+			t.Fatalf("New(%q) connected", dsn)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("error holds the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), "cannot reach PostgreSQL at 127.0.0.1:1/x") {
+			t.Errorf("error %q does not say which server could not be reached", err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("took %v to fail", d)
+		}
+	}
+	_, err := postgres.New(context.Background(), "postgres://u:secret@127.0.0.1:1/x?sslmode=bogus")
+	if err == nil || strings.Contains(err.Error(), "secret") || !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a DSN that does not parse: %v, want store.ErrInvalid without the password", err)
+	}
+}
+
+func TestConnectionSettings(t *testing.T) {
+	s := open(t, testdb.New(t), postgres.WithStatementTimeout(1500*time.Millisecond), postgres.WithMaxConns(3))
+	for setting, want := range map[string]string{
+		"plan_cache_mode":   "force_custom_plan",
+		"application_name":  "flotilla",
+		"statement_timeout": "1500ms",
+	} {
+		if got := queryValue[string](t, s, "SELECT current_setting($1)", setting); got != want {
+			t.Errorf("%s = %q, want %q", setting, got, want)
+		}
+	}
+	if got := s.Pool().Config().MaxConns; got != 3 {
+		t.Errorf("MaxConns = %d, want 3", got)
+	}
+	def := open(t, testdb.New(t))
+	if got := def.Pool().Config().MaxConns; got != postgres.DefaultMaxConns {
+		t.Errorf("default MaxConns = %d, want %d", got, postgres.DefaultMaxConns)
+	}
+	if got := queryValue[string](t, def, "SHOW statement_timeout"); got != "0" {
+		t.Errorf("default statement_timeout = %q, want 0", got)
+	}
+}
+
+func TestAdvanceActiveSameTaskTwiceInOneBatch(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(1), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: 1,
+		LeaseTTL: time.Minute, Buckets: []store.HeldBucket{{Bucket: 1, Epoch: leases[0].Epoch}}})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	ref := claimed[0].Ref()
+	out, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{
+		{Ref: ref, To: task.Pausing}, {Ref: ref, To: task.Paused, Progress: json.RawMessage(`{"at":3}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != nil || out[0].Status != task.Pausing || out[1].Err != nil || out[1].Status != task.Paused {
+		t.Errorf("outcomes %+v, want pausing then paused", out)
+	}
+	got, _ := s.GetTask(ctx, ref.ID)
+	if got.Status != task.Paused || got.StatusVersion != 4 || !jsonEqual(got.Progress, json.RawMessage(`{"at":3}`)) {
+		t.Errorf("task after both: %+v", got)
+	}
+	evs, err := s.TaskEvents(ctx, ref.ID)
+	if err != nil || len(evs) != 4 || evs[0].To != task.Queued || evs[3].From != task.Pausing {
+		t.Errorf("events %+v %v", evs, err)
+	}
+}
+
+// running creates one task in bucket b and claims it for owner "a".
+func running(t *testing.T, s *postgres.Store, b int, nt store.NewTask) (*task.Task, store.HeldBucket) {
+	t.Helper()
+	ctx := testContext(t)
+	nt.Kind, nt.Bucket = "noop", b
+	if _, err := s.CreateTasks(ctx, []store.NewTask{nt}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(b), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := store.HeldBucket{Bucket: b, Epoch: leases[0].Epoch}
+	claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: 1,
+		LeaseTTL: time.Minute, Buckets: []store.HeldBucket{held}})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	return claimed[0], held
+}
+
+func TestAPendingStopWinsOverAPause(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	c, _ := running(t, s, 1, store.NewTask{})
+	advance := func(to task.Status) store.Outcome {
+		t.Helper()
+		out, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: c.Ref(), To: to, Node: "n"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	if o := advance(task.Pausing); o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	if _, err := s.IssueCommand(ctx, store.NewCommand{TaskID: c.ID, Kind: store.CommandStop}); err != nil {
+		t.Fatal(err)
+	}
+	// The table has no pausing -> stopped; the stop wins all the same.
+	if o := advance(task.Paused); o.Err != nil || o.Status != task.Stopped {
+		t.Errorf("pausing task checkpointing with a stop pending: %+v, want stopped", o)
+	}
+	// A stop that is not a redirect still obeys the table.
+	d, _ := running(t, s, 2, store.NewTask{})
+	out, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: d.Ref(), To: task.Cancelled}})
+	var te *task.TransitionError
+	if err != nil || !errors.As(out[0].Err, &te) {
+		t.Errorf("running -> cancelled without a stop: %+v %v, want *task.TransitionError", out, err)
+	}
+}
+
+func TestMovesThatMakeWorkAreAnnounced(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	c, _ := running(t, s, 5, store.NewTask{})
+	sub, err := s.Listen(ctx, store.TopicTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// Not due yet: nothing to announce. Then a release: bucket 5 has work.
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 4, Delay: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: c.Ref(), To: task.Queued, Reason: "shutdown"}})
+	if err != nil || out[0].Err != nil {
+		t.Fatalf("release: %+v %v", out, err)
+	}
+	if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != "5" {
+		t.Errorf("after a release: %q, want 5", n.Payload)
+	}
+	// A resume through Transition.
+	paused, err := s.Transition(ctx, store.Transition{ID: c.ID, Version: 3, To: task.Paused})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, store.Transition{ID: c.ID, Version: paused.StatusVersion, To: task.Queued}); err != nil {
+		t.Fatal(err)
+	}
+	if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != "5" {
+		t.Errorf("after a resume: %q, want 5", n.Payload)
+	}
+}
+
+func TestDocumentsReadBack(t *testing.T) {
+	ctx := testContext(t)
+	s := migrated(t, 8)
+	c, _ := running(t, s, 1, store.NewTask{})
+	if string(c.Payload) != "null" {
+		t.Errorf("a task created without a payload has %q, want JSON null", c.Payload)
+	}
+	if c.Result != nil || c.Progress != nil {
+		t.Errorf("a new attempt has result %q and progress %q, want none", c.Result, c.Progress)
+	}
+	if err := s.SaveProgress(ctx, "a", c.Ref(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetTask(ctx, c.ID); string(got.Progress) != "null" {
+		t.Errorf("progress saved as nil reads %q, want JSON null", got.Progress)
+	}
+	if err := s.SaveProgress(ctx, "a", task.Ref{ID: c.ID + 100, ClaimSeq: 1}, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("progress of a missing task: %v, want store.ErrNotFound", err)
+	}
+	if _, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: c.Ref(), To: task.Succeeded, Result: json.RawMessage(`{"a":`)}}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a result that is not JSON: %v, want store.ErrInvalid", err)
+	}
+}

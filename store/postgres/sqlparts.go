@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"strings"
+
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// SQL fragments shared by several statements. They are built once from
+// constants and the task package's table, never from input.
+
+// Status lists as SQL literals.
+var (
+	activeStatusesSQL    = sqlList(task.Running, task.Stopping, task.Pausing)
+	claimableStatusesSQL = sqlList(task.Queued, task.Scheduled, task.Retrying)
+	terminalStatusesSQL  = sqlList(task.TerminalStates()...)
+)
+
+func sqlList(statuses ...task.Status) string {
+	quoted := make([]string, len(statuses))
+	for i, s := range statuses {
+		quoted[i] = "'" + string(s) + "'"
+	}
+	return "(" + strings.Join(quoted, ", ") + ")"
+}
+
+// allowedFrom and allowedTo are the transition table as pairs, the
+// parameters that let a statement check a move against the table:
+// (from, to) IN (SELECT * FROM unnest($from, $to)).
+var allowedFrom, allowedTo = transitionPairs()
+
+func transitionPairs() (from, to []string) {
+	for _, f := range task.All() {
+		for _, t := range task.Next(f) {
+			from = append(from, string(f))
+			to = append(to, string(t))
+		}
+	}
+	return from, to
+}
+
+// attemptEndsSQL lists the states in which an active attempt can end
+// other than success: every state the table reaches from an active state
+// that is neither active nor succeeded. A pending stop turns these into
+// stopped (see stopDestinationSQL).
+var attemptEndsSQL = func() string {
+	seen := map[task.Status]bool{}
+	var ends []task.Status
+	for _, from := range task.All() {
+		if !from.Active() {
+			continue
+		}
+		for _, to := range task.Next(from) {
+			if !to.Active() && to != task.Succeeded && !seen[to] {
+				seen[to] = true
+				ends = append(ends, to)
+			}
+		}
+	}
+	return sqlList(ends...)
+}()
+
+// bucketSetNotifySQL returns CTEs that send one notification on topic whose
+// payload is the canonical bucket set string (bucket.Set.String: ascending,
+// runs of two or more as lo-hi) of the buckets selected by bucketsQuery, and
+// nothing when it selects none. The CTE named name yields one row per
+// notification sent; the statement must reference it (for example as
+// (SELECT count(*) FROM name)) for it to run.
+func bucketSetNotifySQL(name string, topic string, bucketsQuery string) string {
+	return name + `_runs AS (
+    SELECT min(b) AS lo, max(b) AS hi
+    FROM (SELECT b, b - row_number() OVER (ORDER BY b) AS grp
+          FROM (SELECT DISTINCT bucket AS b FROM (` + bucketsQuery + `) q) d) g
+    GROUP BY grp
+), ` + name + ` AS (
+    SELECT pg_notify('` + topic + `',
+        string_agg(CASE WHEN lo = hi THEN lo::text ELSE lo::text || '-' || hi::text END, ',' ORDER BY lo))
+    FROM ` + name + `_runs
+    HAVING count(*) > 0
+)`
+}
+
+// transitionSetSQL is the SET list of a transition, shared by Transition and
+// AdvanceActive. In it, t is the task row before the move (t.status is the
+// state it leaves) and c provides dest (the destination after the
+// pending-stop rule), err (the error to record) and delay_us (for retrying
+// and scheduled).
+var transitionSetSQL = `
+    status = c.dest,
+    status_version = t.status_version + 1,
+    -- A release at shutdown (back to queued from an active state) does not
+    -- count the attempt; claim_seq stays moved on.
+    attempt = CASE WHEN c.dest = 'queued' AND t.status IN ` + activeStatusesSQL + `
+                   THEN t.attempt - 1 ELSE t.attempt END,
+    run_at = CASE WHEN c.dest IN ('retrying', 'scheduled')
+                  THEN statement_timestamp() + c.delay_us * interval '1 microsecond'
+                  WHEN c.dest = 'queued' THEN statement_timestamp()
+                  ELSE t.run_at END,
+    -- Leaving the active states clears the owner and the task lease; node,
+    -- epoch and claim_seq stay for history.
+    owner = CASE WHEN c.dest IN ` + activeStatusesSQL + ` THEN t.owner END,
+    lease_expires_at = CASE WHEN c.dest IN ` + activeStatusesSQL + ` THEN t.lease_expires_at END,
+    finished_at = CASE WHEN c.dest IN ` + terminalStatusesSQL + ` THEN statement_timestamp() END,
+    -- An attempt that ends records its error, or none; any other move
+    -- keeps the task's error unless it names one.
+    error = CASE WHEN t.status IN ` + activeStatusesSQL + ` AND c.dest NOT IN ` + activeStatusesSQL + `
+                 THEN c.err
+                 WHEN c.err <> '' THEN c.err
+                 ELSE t.error END,
+    updated_at = statement_timestamp()`
+
+// stopDestinationSQL computes the destination of a move under the
+// pending-stop rule, for a task row t and a requested destination want: an
+// active task whose attempt ends other than by success (attemptEndsSQL),
+// while it is stopping or has an unacknowledged stop command, is stopped
+// instead.
+//
+// The redirected move is not checked against the table: the table lists
+// what a stopping task may become, not every outcome its handler can report
+// (failed, retrying...), and it has no pausing -> stopped edge although a
+// pausing task can be stopped. A destination of stopped where want was
+// something else is therefore always allowed (see movedAllowedSQL).
+func stopDestinationSQL(want string) string {
+	return `CASE WHEN t.status IN ` + activeStatusesSQL + `
+           AND ` + want + ` IN ` + attemptEndsSQL + `
+           AND (t.status = 'stopping' OR EXISTS (
+                SELECT 1 FROM flotilla_commands cmd
+                WHERE cmd.task_id = t.id AND cmd.acked_at IS NULL AND cmd.kind = 'stop'))
+      THEN 'stopped' ELSE ` + want + ` END`
+}
+
+// movedAllowedSQL says whether the move from old to dest, requested as want,
+// may be made: the table allows it ($from and $to are the table's pairs,
+// allowedFrom and allowedTo), or it is a stop-wins redirect.
+func movedAllowedSQL(old, dest, want, from, to string) string {
+	return `((` + old + `, ` + dest + `) IN (SELECT * FROM unnest(` + from + `::text[], ` + to + `::text[]))
+        OR (` + dest + ` = 'stopped' AND ` + want + ` <> 'stopped'))`
+}
+
+// eventInsertSQL inserts one audit event per row of the CTE src, which must
+// have id, status_version, old_status, status, ev_node, epoch, attempt,
+// reason and err.
+func eventInsertSQL(src string) string {
+	return `INSERT INTO flotilla_task_events
+        (task_id, seq, from_status, to_status, at, node, epoch, attempt, reason, error)
+    SELECT id, status_version, old_status, status, statement_timestamp(), ev_node, epoch, attempt, reason, err
+    FROM ` + src
+}

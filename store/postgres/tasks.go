@@ -1,0 +1,568 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// copyThreshold is the batch size from which CreateTasks loads with COPY
+// instead of one INSERT ... SELECT FROM unnest. COPY takes four round trips
+// (begin, reserve ids, copy, commit) to the INSERT's one, but streams rows
+// without per-row expression work. Measured per task on PostgreSQL 15
+// (BenchmarkCreateTasks): 100 rows, INSERT 18 µs and COPY 17 µs; 200 rows,
+// 16 µs and 14 µs; 1,000 rows by COPY 9 µs, 10,000 rows 6 µs.
+const copyThreshold = 100
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// insertTasksHead and insertTasksTail insert the rows of unnest($1..$13) in
+// input order (so that ids ascend in input order) and return them, with an
+// ON CONFLICT clause between the two where one is wanted. Status and run_at
+// come from the database clock: a task due later than now is scheduled,
+// otherwise queued with run_at = now (pending when asked for).
+const insertTasksHead = `
+WITH input AS (
+    SELECT i.*, coalesce(i.run_at, statement_timestamp() + i.delay_us * interval '1 microsecond') AS due
+    FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::timestamptz[], $6::bigint[], $7::int[],
+                $8::bigint[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::timestamptz[])
+         WITH ORDINALITY AS i(kind, key, bucket, priority, run_at, delay_us, max_attempts,
+                              timeout_ms, payload, unique_key, pending, schedule, scheduled_for, ord)
+), ins AS (
+    INSERT INTO flotilla_tasks (kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms,
+                                payload, unique_key, schedule, scheduled_for, created_at, updated_at)
+    SELECT kind, key, bucket,
+           CASE WHEN pending THEN 'pending'
+                WHEN due > statement_timestamp() THEN 'scheduled'
+                ELSE 'queued' END,
+           priority, greatest(due, statement_timestamp()), max_attempts, timeout_ms,
+           payload::jsonb, unique_key, schedule, scheduled_for, statement_timestamp(), statement_timestamp()
+    FROM input
+    ORDER BY ord`
+
+var insertTasksTail = `
+    RETURNING ` + taskColumns + `
+), ` + bucketSetNotifySQL("notified", string(store.TopicTasks), `SELECT bucket FROM ins WHERE status = 'queued'`) + `
+SELECT ` + taskColumns + ` FROM ins, (SELECT count(*) FROM notified) n
+ORDER BY id`
+
+var (
+	// insertTasksSQL creates tasks and, in the same statement, announces
+	// the buckets of those that are due now.
+	insertTasksSQL = insertTasksHead + insertTasksTail
+	// insertTasksSkipConflictSQL is insertTasksSQL for a schedule's tick:
+	// a task already created for the tick (or an unfinished one with the
+	// same unique key) means there is nothing to create.
+	insertTasksSkipConflictSQL = insertTasksHead + `
+    ON CONFLICT DO NOTHING` + insertTasksTail
+)
+
+// taskBatch is a batch of NewTasks as the column arrays of insertTasksSQL.
+type taskBatch struct {
+	kinds, keys, payloads, uniqueKeys, schedules []string
+	uniqueValid, scheduleValid                   []bool
+	buckets, priorities, maxAttempts             []int32
+	runAts, scheduledFor                         []pgtype.Timestamptz
+	delays, timeouts                             []int64
+	pending                                      []bool
+}
+
+func (b *taskBatch) args() []any {
+	texts := func(vals []string, valid []bool) []pgtype.Text {
+		out := make([]pgtype.Text, len(vals))
+		for i := range vals {
+			out[i] = pgtype.Text{String: vals[i], Valid: valid[i]}
+		}
+		return out
+	}
+	return []any{
+		b.kinds, b.keys, b.buckets, b.priorities, b.runAts, b.delays, b.maxAttempts, b.timeouts,
+		b.payloads, texts(b.uniqueKeys, b.uniqueValid), b.pending,
+		texts(b.schedules, b.scheduleValid), b.scheduledFor,
+	}
+}
+
+// validateTasks refuses a batch that no store could carry out, naming the
+// first bad task, and normalises MaxAttempts.
+func validateTasks(tasks []store.NewTask, numBuckets int) error {
+	seen := make(map[string]int)
+	for i, nt := range tasks {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("task %d of %d: %s: %w", i, len(tasks), fmt.Sprintf(format, args...), store.ErrInvalid)
+		}
+		switch {
+		case nt.Kind == "":
+			return bad("no kind")
+		case !validJSON(nt.Payload):
+			return bad("payload is not valid JSON")
+		case nt.Bucket < 0 || (numBuckets > 0 && nt.Bucket >= numBuckets):
+			return bad("bucket %d does not exist: this fleet has buckets 0-%d", nt.Bucket, numBuckets-1)
+		case nt.MaxAttempts < 0:
+			return bad("max attempts %d is negative", nt.MaxAttempts)
+		case nt.Timeout < 0:
+			return bad("timeout %v is negative", nt.Timeout)
+		case nt.Priority < math.MinInt32 || nt.Priority > math.MaxInt32:
+			return bad("priority %d is out of range", nt.Priority)
+		case nt.ScheduledFor.IsZero() != (nt.Schedule == ""):
+			return bad("schedule and scheduled-for go together")
+		}
+		if nt.UniqueKey != "" {
+			if j, dup := seen[nt.UniqueKey]; dup {
+				return fmt.Errorf("tasks %d and %d of the batch share the unique key %q: %w", j, i, nt.UniqueKey, store.ErrDuplicate)
+			}
+			seen[nt.UniqueKey] = i
+		}
+	}
+	return nil
+}
+
+func maxAttemptsOf(nt store.NewTask) int {
+	if nt.MaxAttempts == 0 {
+		return store.DefaultMaxAttempts
+	}
+	return nt.MaxAttempts
+}
+
+func newTaskBatch(tasks []store.NewTask) *taskBatch {
+	n := len(tasks)
+	b := &taskBatch{
+		kinds: make([]string, n), keys: make([]string, n), payloads: make([]string, n),
+		uniqueKeys: make([]string, n), schedules: make([]string, n),
+		uniqueValid: make([]bool, n), scheduleValid: make([]bool, n),
+		buckets: make([]int32, n), priorities: make([]int32, n), maxAttempts: make([]int32, n),
+		runAts: make([]pgtype.Timestamptz, n), scheduledFor: make([]pgtype.Timestamptz, n),
+		delays: make([]int64, n), timeouts: make([]int64, n), pending: make([]bool, n),
+	}
+	for i, nt := range tasks {
+		b.kinds[i], b.keys[i] = nt.Kind, nt.Key
+		b.payloads[i] = jsonOrNull(nt.Payload)
+		b.uniqueKeys[i], b.uniqueValid[i] = nt.UniqueKey, nt.UniqueKey != ""
+		b.schedules[i], b.scheduleValid[i] = nt.Schedule, nt.Schedule != ""
+		b.buckets[i], b.priorities[i] = int32(nt.Bucket), int32(nt.Priority)
+		b.maxAttempts[i] = int32(maxAttemptsOf(nt))
+		b.runAts[i] = optTimestamp(nt.RunAt)
+		b.scheduledFor[i] = optTimestamp(nt.ScheduledFor)
+		b.delays[i] = micros(nt.Delay)
+		b.timeouts[i] = nt.Timeout.Milliseconds()
+		b.pending[i] = nt.Pending
+	}
+	return b
+}
+
+// CreateTasks inserts tasks atomically and returns them in input order. It
+// announces, on TopicTasks, the buckets of those that are due now.
+func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task.Task, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	if err := s.validate(ctx, tasks); err != nil {
+		return nil, err
+	}
+	if len(tasks) < copyThreshold {
+		return insertTasks(ctx, s.pool, tasks)
+	}
+	var out []*task.Task
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = copyTasks(ctx, tx, tasks)
+		return err
+	})
+	return out, err
+}
+
+// CreateTasksTx is CreateTasks inside the caller's transaction: the tasks
+// exist, and their notification is delivered, only if and when tx commits.
+// An error leaves tx to the caller, who must roll it back.
+func (s *Store) CreateTasksTx(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]*task.Task, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	if err := s.validate(ctx, tasks); err != nil {
+		return nil, err
+	}
+	if len(tasks) < copyThreshold {
+		return insertTasks(ctx, tx, tasks)
+	}
+	return copyTasks(ctx, tx, tasks)
+}
+
+func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {
+	n, err := s.fleetSize(ctx)
+	if err != nil {
+		return err
+	}
+	return validateTasks(tasks, n)
+}
+
+// insertTasks creates a batch in one statement (an implicit transaction on
+// the pool), its notification included.
+func insertTasks(ctx context.Context, q querier, tasks []store.NewTask) ([]*task.Task, error) {
+	rows, err := q.Query(ctx, insertTasksSQL, newTaskBatch(tasks).args()...)
+	if err != nil {
+		return nil, createError(err, len(tasks))
+	}
+	out, err := scanTasks(rows)
+	if err != nil {
+		return nil, createError(err, len(tasks))
+	}
+	if len(out) != len(tasks) {
+		return nil, fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
+	}
+	return out, nil
+}
+
+const reserveIDsSQL = `
+SELECT statement_timestamp(), array_agg(nextval('flotilla_tasks_id_seq'))
+FROM generate_series(1, $1::int)`
+
+const notifyTasksSQL = `SELECT pg_notify('flotilla_tasks', $1)`
+
+// copyColumns are the columns copyTasks writes; the rest take their
+// defaults.
+var copyColumns = []string{
+	"id", "kind", "key", "bucket", "status", "priority", "run_at", "max_attempts", "timeout_ms",
+	"payload", "unique_key", "schedule", "scheduled_for", "created_at", "updated_at",
+}
+
+// copyTasks creates a large batch inside tx: one statement reserves the ids
+// and reads the database clock, COPY loads the rows, and one notification
+// names the buckets of the tasks due now. Statuses are decided with the
+// database's clock as read by the first statement.
+func copyTasks(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]*task.Task, error) {
+	var (
+		now time.Time
+		ids []int64
+	)
+	if err := tx.QueryRow(ctx, reserveIDsSQL, len(tasks)).Scan(&now, &ids); err != nil {
+		return nil, wrap(err, "reserve %d task ids", len(tasks))
+	}
+	slices.Sort(ids)
+	now = now.UTC()
+
+	out := make([]*task.Task, len(tasks))
+	rows := make([][]any, len(tasks))
+	var due []int
+	for i, nt := range tasks {
+		t := &task.Task{
+			ID: ids[i], Kind: nt.Kind, Key: nt.Key, Bucket: nt.Bucket, StatusVersion: 1,
+			Priority: nt.Priority, MaxAttempts: maxAttemptsOf(nt),
+			Timeout:   time.Duration(nt.Timeout.Milliseconds()) * time.Millisecond,
+			Payload:   json.RawMessage(jsonOrNull(nt.Payload)),
+			UniqueKey: nt.UniqueKey, Schedule: nt.Schedule,
+			ScheduledFor: nt.ScheduledFor.UTC().Truncate(time.Microsecond),
+			CreatedAt:    now, UpdatedAt: now,
+		}
+		if nt.ScheduledFor.IsZero() {
+			t.ScheduledFor = time.Time{}
+		}
+		runAt := nt.RunAt.UTC().Truncate(time.Microsecond)
+		if nt.RunAt.IsZero() {
+			runAt = now.Add(nt.Delay).Truncate(time.Microsecond)
+		}
+		switch {
+		case nt.Pending:
+			t.Status = task.Pending
+		case runAt.After(now):
+			t.Status = task.Scheduled
+		default:
+			t.Status = task.Queued
+			due = append(due, nt.Bucket)
+		}
+		t.RunAt = runAt
+		if !runAt.After(now) {
+			t.RunAt = now
+		}
+		rows[i] = []any{
+			t.ID, t.Kind, t.Key, int32(t.Bucket), string(t.Status), int32(t.Priority), t.RunAt,
+			int32(t.MaxAttempts), nt.Timeout.Milliseconds(), []byte(t.Payload), optText(nt.UniqueKey),
+			optText(nt.Schedule), optTimestamp(t.ScheduledFor), now, now,
+		}
+		out[i] = t
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"flotilla_tasks"}, copyColumns, pgx.CopyFromRows(rows)); err != nil {
+		return nil, createError(err, len(tasks))
+	}
+	if len(due) > 0 {
+		if _, err := tx.Exec(ctx, notifyTasksSQL, bucket.Of(due...).String()); err != nil {
+			return nil, wrap(err, "announce %d new tasks", len(tasks))
+		}
+	}
+	return out, nil
+}
+
+// claimableNow reports whether a task moved to status with delay is due at
+// once: such a move makes work for its bucket's holder, like a new task.
+func claimableNow(status task.Status, delay time.Duration) bool {
+	return status == task.Queued || (status == task.Retrying || status == task.Scheduled) && delay <= 0
+}
+
+// announce tells listeners, on TopicTasks, that tasks of buckets became
+// claimable, once the move that made them so has committed. It is a hint
+// sent after the fact: a failure to send it is not the caller's failure
+// (the move happened), and nodes poll anyway, so it is not reported.
+func (s *Store) announce(ctx context.Context, buckets []int) {
+	if len(buckets) > 0 {
+		_, _ = s.pool.Exec(ctx, notifyTasksSQL, bucket.Of(buckets...).String())
+	}
+}
+
+// createError names the unique key or schedule tick that a batch collided
+// with.
+func createError(err error, n int) error {
+	if index, value, ok := uniqueViolation(err); ok {
+		switch index {
+		case uniqueKeyIndex:
+			return fmt.Errorf("create %d tasks: unique key %s already names an unfinished task: %w", n, value, store.ErrDuplicate)
+		case scheduleTickIndex:
+			return fmt.Errorf("create %d tasks: schedule tick (%s) already has its task: %w", n, value, store.ErrDuplicate)
+		}
+	}
+	return wrap(err, "create %d tasks", n)
+}
+
+var getTaskSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks WHERE id = $1`
+
+// GetTask reads one task.
+func (s *Store) GetTask(ctx context.Context, id int64) (*task.Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, getTaskSQL, id))
+	if err != nil {
+		return nil, wrap(err, "task %d", id)
+	}
+	return t, nil
+}
+
+// listTasksSQL has every filter optional: a NULL, empty or zero parameter turns
+// its condition off, and with custom plans (force_custom_plan) the planner
+// drops those conditions before choosing a plan. There are no indexes on
+// kind or key: each would cost an index entry on every transition (status
+// changes are never HOT updates), and a listing walks the primary key newest
+// first and stops at its limit.
+var listTasksSQL = `
+SELECT ` + taskColumns + ` FROM flotilla_tasks
+WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
+  AND ($2::int[] IS NULL OR bucket = ANY($2::int[]))
+  AND ($3::text = '' OR kind = $3::text)
+  AND ($4::text = '' OR key = $4::text)
+  AND ($5::text = '' OR schedule = $5::text)
+  AND ($6::bigint = 0 OR id < $6::bigint)
+ORDER BY id DESC
+LIMIT $7`
+
+// DefaultListLimit is the number of tasks ListTasks returns when the filter
+// sets no limit.
+const DefaultListLimit = 100
+
+// ListTasks returns tasks newest first.
+func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task, error) {
+	var statuses, buckets any
+	if f.Statuses != nil {
+		list := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			if !st.Valid() {
+				return nil, fmt.Errorf("list tasks: unknown status %q: %w", st, store.ErrInvalid)
+			}
+			list[i] = string(st)
+		}
+		statuses = list
+	}
+	if f.Buckets != nil {
+		list := make([]int32, 0, f.Buckets.Len())
+		for _, b := range f.Buckets.Slice() {
+			list = append(list, int32(b))
+		}
+		buckets = list
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	rows, err := s.pool.Query(ctx, listTasksSQL, statuses, buckets, f.Kind, f.Key, f.Schedule, f.BeforeID, limit)
+	if err != nil {
+		return nil, wrap(err, "list tasks")
+	}
+	out, err := scanTasks(rows)
+	if err != nil {
+		return nil, wrap(err, "list tasks")
+	}
+	return out, nil
+}
+
+// taskEventsSQL reads the trail in one snapshot. The creation event is not
+// stored: it is made from the task row, and the state the task was created
+// in is where its second event starts (or its state now, if it has none).
+const taskEventsSQL = `
+WITH t AS (
+    SELECT id, status, created_at FROM flotilla_tasks WHERE id = $1
+), ev AS (
+    SELECT e.seq, e.from_status, e.to_status, e.at, e.node, e.epoch, e.attempt, e.reason, e.error
+    FROM flotilla_task_events e
+    WHERE e.task_id = $1 AND EXISTS (SELECT 1 FROM t)
+)
+SELECT 1::bigint, ''::text, coalesce((SELECT from_status FROM ev WHERE seq = 2), t.status),
+       t.created_at, ''::text, 0::bigint, 0::int, 'created'::text, ''::text
+FROM t
+UNION ALL
+SELECT seq, from_status, to_status, at, node, epoch, attempt, reason, error FROM ev
+ORDER BY 1`
+
+// TaskEvents returns a task's audit trail, creation first.
+func (s *Store) TaskEvents(ctx context.Context, id int64) ([]task.Event, error) {
+	rows, err := s.pool.Query(ctx, taskEventsSQL, id)
+	if err != nil {
+		return nil, wrap(err, "events of task %d", id)
+	}
+	defer rows.Close()
+	var out []task.Event
+	for rows.Next() {
+		ev := task.Event{TaskID: id}
+		var (
+			from, to string
+			attempt  int32
+		)
+		if err := rows.Scan(&ev.Seq, &from, &to, &ev.At, &ev.Node, &ev.Epoch, &attempt, &ev.Reason, &ev.Error); err != nil {
+			return nil, wrap(err, "events of task %d", id)
+		}
+		ev.From, ev.To, ev.Attempt, ev.At = task.Status(from), task.Status(to), int(attempt), ev.At.UTC()
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "events of task %d", id)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("events of task %d: %w", id, store.ErrNotFound)
+	}
+	return out, nil
+}
+
+// transitionSQL is Transition in one statement: lock the row, check
+// version, guard and table, move it and write the event; the last SELECT
+// answers what it found, so that a refusal can be explained without
+// another round trip. No row at all means there is no such task.
+var transitionSQL = `
+WITH cur AS (
+    SELECT t.id, t.status AS old_status, t.status_version AS old_version,
+           (NOT $9::bool OR EXISTS (
+                SELECT 1 FROM flotilla_bucket_leases l
+                WHERE l.bucket = t.bucket AND l.owner = $10::text AND l.epoch = $11::bigint
+                  AND l.expires_at > statement_timestamp())) AS guard_ok,
+           ` + stopDestinationSQL("$3::text") + ` AS dest,
+           $5::text AS err, $8::bigint AS delay_us
+    FROM flotilla_tasks t
+    WHERE t.id = $1
+    FOR UPDATE OF t
+), c AS (
+    SELECT cur.*, ` + movedAllowedSQL("cur.old_status", "cur.dest", "$3::text", "$12", "$13") + ` AS allowed
+    FROM cur
+), moved AS (
+    UPDATE flotilla_tasks t SET ` + transitionSetSQL + `
+    FROM c
+    WHERE t.id = c.id AND c.old_version = $2 AND c.guard_ok AND c.allowed
+    RETURNING ` + taskColumnsOf("t") + `, c.old_status, $6::text AS ev_node, $4::text AS reason, c.err
+), ev AS (
+    ` + eventInsertSQL(`(SELECT id, status_version, old_status, status, ev_node, $7::bigint AS epoch, attempt, reason, err FROM moved) m`) + `
+)
+SELECT c.old_status, c.old_version, c.guard_ok, c.dest, c.allowed, m.id IS NOT NULL,
+       ` + taskColumnsOf("m") + `
+FROM c LEFT JOIN moved m ON true`
+
+// Transition moves one task by compare-and-set on its status_version.
+func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task, error) {
+	if !tr.To.Valid() {
+		return nil, fmt.Errorf("task %d: unknown status %q: %w", tr.ID, tr.To, store.ErrInvalid)
+	}
+	if tr.To == task.Running {
+		// A running task needs an owner, a lease and a claim_seq: only
+		// ClaimTasks makes one.
+		return nil, fmt.Errorf("task %d: a task becomes running only by being claimed: %w", tr.ID, store.ErrInvalid)
+	}
+	guard, guardOwner, guardEpoch := false, "", int64(0)
+	if tr.Guard != nil {
+		guard, guardOwner, guardEpoch = true, tr.Guard.Owner, tr.Guard.Epoch
+	}
+	var (
+		oldStatus, dest           string
+		oldVersion                int64
+		guardOK, allowed, applied bool
+		r                         taskRow
+		m                         nullableTaskRow
+	)
+	dst := append([]any{&oldStatus, &oldVersion, &guardOK, &dest, &allowed, &applied}, m.dest()...)
+	err := s.pool.QueryRow(ctx, transitionSQL,
+		tr.ID, tr.Version, string(tr.To), tr.Reason, tr.Error, tr.Node, tr.Epoch, micros(tr.Delay),
+		guard, guardOwner, guardEpoch, allowedFrom, allowedTo,
+	).Scan(dst...)
+	if err != nil {
+		return nil, wrap(err, "task %d", tr.ID)
+	}
+	switch {
+	case applied:
+		m.into(&r)
+		t := r.task()
+		if claimableNow(t.Status, tr.Delay) {
+			s.announce(ctx, []int{t.Bucket})
+		}
+		return t, nil
+	case oldVersion != tr.Version:
+		return nil, fmt.Errorf("task %d is at status_version %d, not %d: %w", tr.ID, oldVersion, tr.Version, store.ErrConflict)
+	case !guardOK:
+		return nil, fmt.Errorf("task %d: %s does not hold its bucket under epoch %d: %w",
+			tr.ID, guardOwner, guardEpoch, store.ErrFenced)
+	case !allowed:
+		return nil, &task.TransitionError{ID: tr.ID, From: task.Status(oldStatus), To: task.Status(dest)}
+	default:
+		return nil, errors.New("transition: the statement neither applied nor refused the move")
+	}
+}
+
+// nullableTaskRow receives taskColumns from an outer join, where every
+// column may be NULL.
+type nullableTaskRow struct {
+	id, statusVersion, timeoutMS, claimSeq, epoch pgtype.Int8
+	kind, key, status, errText, node              pgtype.Text
+	bucket, priority, attempt, maxAttempts        pgtype.Int4
+	payload, result, progress                     []byte
+	owner, schedule, uniqueKey                    pgtype.Text
+	runAt, createdAt, updatedAt                   pgtype.Timestamptz
+	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
+	startedAt, finishedAt                         pgtype.Timestamptz
+}
+
+func (n *nullableTaskRow) dest() []any {
+	return []any{
+		&n.id, &n.kind, &n.key, &n.bucket, &n.status, &n.statusVersion, &n.priority, &n.runAt, &n.attempt,
+		&n.maxAttempts, &n.timeoutMS, &n.payload, &n.result, &n.progress, &n.errText, &n.claimSeq, &n.owner, &n.node,
+		&n.epoch, &n.leaseExpiresAt, &n.schedule, &n.scheduledFor, &n.uniqueKey, &n.createdAt, &n.startedAt,
+		&n.finishedAt, &n.updatedAt,
+	}
+}
+
+func (n *nullableTaskRow) into(r *taskRow) {
+	*r = taskRow{
+		id: n.id.Int64, statusVersion: n.statusVersion.Int64, timeoutMS: n.timeoutMS.Int64,
+		claimSeq: n.claimSeq.Int64, epoch: n.epoch.Int64,
+		kind: n.kind.String, key: n.key.String, status: n.status.String, errText: n.errText.String, node: n.node.String,
+		bucket: n.bucket.Int32, priority: n.priority.Int32, attempt: n.attempt.Int32, maxAttempts: n.maxAttempts.Int32,
+		payload: n.payload, result: n.result, progress: n.progress,
+		owner: n.owner, schedule: n.schedule, uniqueKey: n.uniqueKey,
+		runAt: n.runAt.Time, createdAt: n.createdAt.Time, updatedAt: n.updatedAt.Time,
+		leaseExpiresAt: n.leaseExpiresAt, scheduledFor: n.scheduledFor,
+		startedAt: n.startedAt, finishedAt: n.finishedAt,
+	}
+}

@@ -1,0 +1,417 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// Store is the storage contract. Methods are safe for concurrent use.
+type Store interface {
+	// Fleet
+
+	// Migrate brings the schema up to the version this binary knows and,
+	// on a new database, fixes the fleet's bucket count (0 means
+	// bucket.DefaultCount). On an existing fleet a non-zero count that
+	// differs is refused with *BucketCountError. Safe to run twice and from
+	// two processes at once.
+	Migrate(ctx context.Context, numBuckets int) (Meta, error)
+	// Meta reads the fleet's metadata. A schema older or newer than this
+	// binary's is refused with *SchemaError.
+	Meta(ctx context.Context) (Meta, error)
+	// Now is the database clock, which every lease decision uses.
+	Now(ctx context.Context) (time.Time, error)
+	Close()
+
+	// Tasks
+
+	// CreateTasks inserts tasks atomically (all or none) and returns them
+	// with ids, in input order. A task whose RunAt (or Delay) is in the
+	// future is scheduled, otherwise queued (pending when Pending is set).
+	// The creation event (seq 1, from "") is part of the task. Stores with
+	// notifications announce the new tasks' buckets once per call.
+	CreateTasks(ctx context.Context, tasks []NewTask) ([]*task.Task, error)
+	GetTask(ctx context.Context, id int64) (*task.Task, error)
+	// ListTasks returns tasks newest first (id descending) matching the
+	// filter, at most Limit of them, starting below Filter.BeforeID.
+	ListTasks(ctx context.Context, f TaskFilter) ([]*task.Task, error)
+	// TaskEvents returns a task's audit trail in sequence order, starting
+	// with its creation. ErrNotFound when there is no such task.
+	TaskEvents(ctx context.Context, id int64) ([]task.Event, error)
+	// Transition moves one task by compare-and-set on its status_version;
+	// see Transition for the rules.
+	Transition(ctx context.Context, tr Transition) (*task.Task, error)
+
+	// Execution
+
+	// ClaimTasks atomically moves up to Limit due, claimable tasks of the
+	// given kinds in the given buckets to running, for the caller's
+	// incarnation, and returns them. It takes a task only from a bucket
+	// whose lease the caller holds, unexpired, under the epoch it names;
+	// every claim adds 1 to claim_seq and to attempt, stamps the bucket
+	// epoch, and sets a task lease of LeaseTTL from the database's now.
+	// Order: priority descending, then run_at, then id.
+	ClaimTasks(ctx context.Context, req ClaimRequest) ([]*task.Task, error)
+	// RenewTaskLeases extends, in one statement, the task leases of the
+	// named attempts that are still active, owned by owner, and whose
+	// bucket lease owner still holds, unexpired, under the task's epoch
+	// (the same join as the claim). It returns the refs it renewed; a ref
+	// missing from the answer has lost its lease.
+	RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) ([]task.Ref, error)
+	// AdvanceActive applies a batch of fenced transitions out of (or
+	// within) the active states; see ActiveTransition. The answer has one
+	// entry per input, in input order.
+	AdvanceActive(ctx context.Context, owner string, batch []ActiveTransition) ([]Outcome, error)
+	// SaveProgress records a running attempt's progress, fenced like
+	// AdvanceActive. ErrFenced when the attempt has been superseded.
+	SaveProgress(ctx context.Context, owner string, ref task.Ref, progress json.RawMessage) error
+	// ExpiredTasks lists active tasks in the given held buckets whose task
+	// lease has expired by the database clock, or that were claimed under
+	// an epoch older than the one named for their bucket. Never a task of
+	// another bucket.
+	ExpiredTasks(ctx context.Context, buckets []HeldBucket, limit int) ([]*task.Task, error)
+	// BucketBacklog counts queued (claimable and due), waiting (scheduled or
+	// retrying, not yet due) and active tasks per bucket that has any.
+	BucketBacklog(ctx context.Context) ([]Backlog, error)
+
+	// Bucket leases
+
+	// AcquireBuckets acquires or renews, in one statement, the leases of the
+	// given buckets for owner: a bucket free, released, expired, or already
+	// owner's is taken for ttl from the database's now; one held by another
+	// live owner is left alone. An acquisition that is not a renewal of a
+	// live lease adds 1 to the bucket's epoch, even for the same owner. The
+	// answer has one entry per requested bucket, ascending.
+	AcquireBuckets(ctx context.Context, req AcquireRequest) ([]BucketLease, error)
+	// ReleaseBuckets gives up owner's leases on the given buckets (all of
+	// owner's when buckets is empty) and returns the buckets released. A
+	// lease held by anyone else is untouched. Stores with notifications
+	// announce the release.
+	ReleaseBuckets(ctx context.Context, owner string, buckets bucket.Set) ([]int, error)
+	// ListBuckets returns every bucket of the fleet, ascending; an expired
+	// or released lease has an empty Holder.
+	ListBuckets(ctx context.Context) ([]BucketLease, error)
+
+	// Nodes
+
+	// RegisterNode records a node's incarnation as live for ttl. It fails
+	// with *NodeAliveError when another incarnation with the same id is
+	// live; a dead or stopped one is replaced.
+	RegisterNode(ctx context.Context, n NodeInfo, ttl time.Duration) error
+	// HeartbeatNode extends the incarnation's liveness by ttl. ErrNotFound
+	// when the incarnation is no longer the registered one.
+	HeartbeatNode(ctx context.Context, incarnation string, ttl time.Duration) error
+	// StopNode marks the incarnation stopped (no longer live).
+	StopNode(ctx context.Context, incarnation string) error
+	// ListNodes returns every registered node, with Alive computed by the
+	// database clock.
+	ListNodes(ctx context.Context) ([]NodeInfo, error)
+
+	// Commands
+
+	// IssueCommand records a command for a task, with the task's current
+	// owner, and (stores with notifications) announces it. ErrNotFound when
+	// there is no such task.
+	IssueCommand(ctx context.Context, c NewCommand) (Command, error)
+	// PendingCommands lists unacknowledged commands for the active tasks
+	// whose lease owner holds, oldest first.
+	PendingCommands(ctx context.Context, owner string) ([]Command, error)
+	// AckCommand records that a command was applied, by whom and with what
+	// outcome. Acknowledging twice keeps the first answer and returns
+	// ErrConflict.
+	AckCommand(ctx context.Context, id int64, by, outcome string) (Command, error)
+	GetCommand(ctx context.Context, id int64) (Command, error)
+
+	// Schedules
+
+	// UpsertSchedule creates a schedule, or replaces one of the same name
+	// when replace is set (ErrDuplicate otherwise).
+	UpsertSchedule(ctx context.Context, s Schedule, replace bool) (Schedule, error)
+	GetSchedule(ctx context.Context, name string) (Schedule, error)
+	ListSchedules(ctx context.Context) ([]Schedule, error)
+	DeleteSchedule(ctx context.Context, name string) error
+	// SetScheduleEnabled pauses or resumes a schedule.
+	SetScheduleEnabled(ctx context.Context, name string, enabled bool) (Schedule, error)
+	// DueSchedules lists enabled schedules in the given buckets whose next
+	// fire time has passed by the database clock, earliest first.
+	DueSchedules(ctx context.Context, buckets bucket.Set, limit int) ([]Schedule, error)
+	// FireSchedule, in one transaction and only while req.Owner holds the
+	// schedule's bucket under req.Epoch (ErrFenced otherwise), creates the
+	// task for the tick req.ScheduledFor and advances the schedule's next
+	// fire time from req.ScheduledFor to req.Next by compare-and-set. A
+	// task already created for that tick (a unique violation on schedule and
+	// scheduled_for) means "already fired": fired is false and the schedule
+	// still advances. A next fire time that is no longer req.ScheduledFor is
+	// ErrConflict and creates nothing.
+	FireSchedule(ctx context.Context, req FireRequest) (t *task.Task, fired bool, err error)
+}
+
+// Notifier is implemented by stores that can push events (PostgreSQL's
+// LISTEN/NOTIFY). It is separate from Store so that a store without it still
+// works: nodes fall back to polling.
+type Notifier interface {
+	// Listen subscribes to the given topics until ctx ends or the
+	// subscription's Close is called. A subscription that loses its
+	// connection reports it on Err and tries to resume; callers poll anyway,
+	// so a missed notification delays work but loses none.
+	Listen(ctx context.Context, topics ...Topic) (Subscription, error)
+}
+
+// Topic is a kind of notification.
+type Topic string
+
+const (
+	// TopicTasks: new tasks became claimable. Payload: the buckets, as a
+	// bucket set string.
+	TopicTasks Topic = "flotilla_tasks"
+	// TopicCommands: a command was issued. Payload: "<command id> <task owner>".
+	TopicCommands Topic = "flotilla_commands"
+	// TopicBuckets: bucket leases were released. Payload: the buckets.
+	TopicBuckets Topic = "flotilla_buckets"
+)
+
+// Notification is one pushed event.
+type Notification struct {
+	Topic   Topic
+	Payload string
+}
+
+// Subscription delivers notifications.
+type Subscription interface {
+	C() <-chan Notification
+	Close() error
+}
+
+// Meta is the fleet's metadata.
+type Meta struct {
+	SchemaVersion int
+	NumBuckets    int
+	CreatedAt     time.Time
+}
+
+// NewTask is a task to create.
+type NewTask struct {
+	Kind        string
+	Key         string
+	Bucket      int // the caller computes it from Key with the fleet's bucket.Policy
+	Priority    int
+	RunAt       time.Time     // zero: now; both zero and past mean due at once
+	Delay       time.Duration // added to the database's now when RunAt is zero
+	MaxAttempts int           // 0 means DefaultMaxAttempts
+	Timeout     time.Duration
+	Payload     json.RawMessage // nil means null; otherwise must be valid JSON
+	UniqueKey   string
+	Pending     bool // created pending (a pipeline child), not queued
+
+	Schedule     string
+	ScheduledFor time.Time
+}
+
+// DefaultMaxAttempts is used when a NewTask leaves MaxAttempts at zero.
+const DefaultMaxAttempts = 3
+
+// TaskFilter selects tasks in ListTasks. Zero fields do not filter.
+type TaskFilter struct {
+	Statuses []task.Status
+	Buckets  *bucket.Set
+	Kind     string
+	Key      string
+	Schedule string
+	BeforeID int64 // cursor: only ids below this; 0 starts at the newest
+	Limit    int   // 0 means 100
+}
+
+// Transition is a compare-and-set of one task from the state it was read in.
+//
+// It succeeds only if the task's status_version is still Version and the
+// table allows the move (*task.TransitionError otherwise); then it writes
+// the new state and its audit event in one transaction. Leaving an active
+// state clears the owner and the task lease (keeping node, epoch and
+// claim_seq for history). Moving to retrying or scheduled sets run_at to
+// the database's now plus Delay, and moving to queued sets it to now.
+//
+// A pending stop wins: when a task leaves an active state for anything but
+// succeeded (or another active state), and it is stopping or has an
+// unacknowledged stop command, the destination becomes stopped.
+//
+// Guard, when set, makes the write conditional on Guard.Owner holding the
+// task's bucket under Guard.Epoch, unexpired by the database clock (ErrFenced
+// otherwise): reconcile rescues tasks only in buckets it holds.
+type Transition struct {
+	ID      int64
+	Version int64
+	To      task.Status
+	Reason  string
+	Error   string
+	Node    string        // recorded in the event
+	Epoch   int64         // recorded in the event
+	Delay   time.Duration // for retrying and scheduled
+	Guard   *LeaseGuard
+}
+
+// LeaseGuard names the holder and epoch a write requires of the task's bucket.
+type LeaseGuard struct {
+	Owner string
+	Epoch int64
+}
+
+// ActiveTransition is one fenced write about an active attempt. It applies
+// only if the task is still active with Ref.ClaimSeq and owned by the
+// caller's incarnation, and the caller still holds the bucket lease under the
+// task's epoch (expired or not: nobody else can have taken it without
+// raising the epoch); otherwise its Outcome is ErrFenced and nothing changes.
+//
+// The rules of Transition apply: the table must allow the move, a pending
+// stop wins over anything but succeeded. Moving to queued (a release at
+// shutdown) does not count the attempt: attempt goes back by one, claim_seq
+// stays moved on. Moving to retrying sets run_at to now + Delay.
+type ActiveTransition struct {
+	Ref      task.Ref
+	To       task.Status
+	Reason   string
+	Error    string
+	Result   json.RawMessage // kept as is when nil
+	Progress json.RawMessage // kept as is when nil
+	Delay    time.Duration
+	Node     string
+}
+
+// Outcome is the answer to one ActiveTransition.
+type Outcome struct {
+	ID     int64
+	Status task.Status // the state the task is in afterwards
+	Err    error       // nil, ErrFenced, ErrNotFound, or *task.TransitionError
+}
+
+// HeldBucket names a bucket and the epoch under which the caller holds it.
+type HeldBucket struct {
+	Bucket int
+	Epoch  int64
+}
+
+// ClaimRequest asks for tasks to run.
+type ClaimRequest struct {
+	Owner    string // the caller's incarnation
+	Node     string // the caller's node id, recorded on the task and event
+	Buckets  []HeldBucket
+	Kinds    []string // only these kinds; empty claims nothing
+	Limit    int
+	LeaseTTL time.Duration
+}
+
+// Backlog counts tasks of one bucket.
+type Backlog struct {
+	Bucket  int
+	Queued  int // claimable and due
+	Waiting int // scheduled or retrying, not yet due
+	Active  int // running, stopping or pausing
+}
+
+// AcquireRequest asks for bucket leases.
+type AcquireRequest struct {
+	Owner   string // incarnation
+	Node    string
+	Buckets bucket.Set
+	TTL     time.Duration
+}
+
+// BucketLease is the state of one bucket's lease.
+type BucketLease struct {
+	Bucket    int
+	Holder    string // incarnation; "" when free, released or expired
+	Node      string // node id of the holder; "" with Holder
+	Epoch     int64
+	ExpiresAt time.Time // zero when free
+	// Held and Acquired answer AcquireBuckets: the requester holds the
+	// lease after the statement; and it was not holding it (live) before,
+	// so the epoch went up.
+	Held     bool
+	Acquired bool
+}
+
+// NodeInfo is a registered node.
+type NodeInfo struct {
+	ID          string
+	Incarnation string
+	Buckets     bucket.Set
+	Kinds       []string
+	Version     string
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	ExpiresAt   time.Time
+	StoppedAt   time.Time // zero while running
+	Alive       bool      // by the database clock, on reads
+}
+
+// Command kinds.
+const (
+	CommandStop   = "stop"
+	CommandPause  = "pause"
+	CommandResume = "resume"
+)
+
+// NewCommand is a command to issue.
+type NewCommand struct {
+	TaskID   int64
+	Kind     string // CommandStop, CommandPause, CommandResume
+	Reason   string
+	IssuedBy string
+}
+
+// Command is a request to a task's lease holder, with its acknowledgement.
+type Command struct {
+	ID       int64
+	TaskID   int64
+	Kind     string
+	Reason   string
+	IssuedBy string
+	IssuedAt time.Time
+	Owner    string // the task's owner when issued; "" when it was not active
+	AckedAt  time.Time
+	AckedBy  string
+	Outcome  string
+}
+
+// Acked reports whether the command has been applied.
+func (c Command) Acked() bool { return !c.AckedAt.IsZero() }
+
+// Catch-up policies for ticks missed while no node held a schedule's bucket.
+const (
+	CatchUpSkip   = "skip"
+	CatchUpLatest = "latest"
+)
+
+// Schedule is a periodic task definition. Its tick arithmetic lives in
+// package schedule; the store keeps it and fires it.
+type Schedule struct {
+	Name        string
+	Spec        string // a cron expression, or "@every <duration>"
+	Timezone    string // IANA name; "" means UTC
+	CatchUp     string // CatchUpSkip or CatchUpLatest
+	Kind        string
+	Key         string
+	Bucket      int
+	Payload     json.RawMessage
+	Priority    int
+	MaxAttempts int
+	Timeout     time.Duration
+	Enabled     bool
+	NextFireAt  time.Time
+	LastFireAt  time.Time // zero before the first firing
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// FireRequest fires one tick of a schedule.
+type FireRequest struct {
+	Owner        string
+	Node         string
+	Name         string
+	Epoch        int64 // the epoch under which Owner holds the schedule's bucket
+	ScheduledFor time.Time
+	Next         time.Time
+	Task         NewTask // Schedule and ScheduledFor are filled in by the store
+}

@@ -1,0 +1,92 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+func testCommands(t *testing.T, h Harness) {
+	t.Run("IssuePendingAck", func(t *testing.T) {
+		b := setup(t, h)
+		running, _ := b.runningTask("a", 1)
+		queued := b.create(store.NewTask{Key: "k", Bucket: 2})[0]
+
+		cmd, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop, Reason: "bad deploy", IssuedBy: "ops@host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.ID == 0 || cmd.Owner != "a" || cmd.IssuedAt.IsZero() || cmd.Acked() || cmd.Reason != "bad deploy" {
+			t.Errorf("issued command %+v", cmd)
+		}
+		other, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: queued.ID, Kind: store.CommandPause})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.Owner != "" {
+			t.Errorf("a command for a task nobody runs has owner %q", other.Owner)
+		}
+
+		pending, err := b.s.PendingCommands(b.ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pending) != 1 || pending[0].ID != cmd.ID {
+			t.Fatalf("pending for a: %+v, want only the stop", pending)
+		}
+		if p, _ := b.s.PendingCommands(b.ctx, "b"); len(p) != 0 {
+			t.Errorf("b sees a's commands: %+v", p)
+		}
+
+		acked, err := b.s.AckCommand(b.ctx, cmd.ID, "node-a", "stopped")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !acked.Acked() || acked.AckedBy != "node-a" || acked.Outcome != "stopped" {
+			t.Errorf("acknowledged command %+v", acked)
+		}
+		if _, err := b.s.AckCommand(b.ctx, cmd.ID, "node-x", "other"); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("second acknowledgement: %v, want store.ErrConflict", err)
+		}
+		got, err := b.s.GetCommand(b.ctx, cmd.ID)
+		if err != nil || got.Outcome != "stopped" || got.AckedBy != "node-a" {
+			t.Errorf("after a second ack the first answer must stand: %+v %v", got, err)
+		}
+		if p, _ := b.s.PendingCommands(b.ctx, "a"); len(p) != 0 {
+			t.Errorf("an acknowledged command is still pending: %+v", p)
+		}
+	})
+
+	t.Run("PendingFollowsTheTaskNotTheIssuer", func(t *testing.T) {
+		// A command for a task whose holder died is consumed by whoever runs
+		// the task next, never by the dead owner's successor in name only.
+		b := setup(t, h)
+		running, _ := b.runningTask("a", 1)
+		cmd, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop})
+		b.advance("a", store.ActiveTransition{Ref: running.Ref(), To: task.Queued, Reason: "shutdown"})
+		if p, _ := b.s.PendingCommands(b.ctx, "a"); len(p) != 0 {
+			t.Errorf("a still sees a command for a task it no longer runs: %+v", p)
+		}
+		if _, err := b.s.GetCommand(b.ctx, cmd.ID); err != nil {
+			t.Errorf("the command is gone: %v", err)
+		}
+		if b.get(running.ID).Status != task.Stopped {
+			t.Errorf("release with a stop pending left the task %s, want stopped", b.get(running.ID).Status)
+		}
+	})
+
+	t.Run("NoSuchTaskOrCommand", func(t *testing.T) {
+		b := setup(t, h)
+		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: 4242, Kind: store.CommandStop}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("command for a missing task: %v, want store.ErrNotFound", err)
+		}
+		if _, err := b.s.GetCommand(b.ctx, 4242); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("missing command: %v", err)
+		}
+		if _, err := b.s.AckCommand(b.ctx, 4242, "n", "x"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("ack of a missing command: %v", err)
+		}
+	})
+}

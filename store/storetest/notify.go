@@ -1,0 +1,91 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+func testNotifications(t *testing.T, h Harness) {
+	b := setup(t, h)
+	n, ok := b.s.(store.Notifier)
+	if !ok {
+		// Stores without notifications are polled; the rest of the suite is
+		// their whole contract.
+		return
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	sub, err := n.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicBuckets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	expect := func(topic store.Topic, what string) store.Notification {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case got, open := <-sub.C():
+				if !open {
+					t.Fatalf("subscription closed while waiting for %s", what)
+				}
+				if got.Topic == topic {
+					return got
+				}
+			case <-timeout:
+				t.Fatalf("no %s notification for %s", topic, what)
+			}
+		}
+	}
+
+	// A subscription may need a moment to be in place; tasks created before
+	// that are not announced to it, so keep creating until one is.
+	deadline := time.Now().Add(30 * time.Second)
+	var got store.Notification
+	for {
+		b.create(store.NewTask{Key: "k", Bucket: 3}, store.NewTask{Key: "k", Bucket: 5})
+		select {
+		case got = <-sub.C():
+		case <-time.After(200 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no notification for new tasks")
+			}
+			continue
+		}
+		break
+	}
+	if got.Topic != store.TopicTasks {
+		t.Fatalf("first notification %+v, want %s", got, store.TopicTasks)
+	}
+	if set, err := bucket.ParseSet(got.Payload, numBuckets); err != nil || !set.Equal(bucket.Of(3, 5)) {
+		t.Errorf("new-task payload %q, want the buckets 3,5", got.Payload)
+	}
+
+	running, _ := b.runningTask("a", 1)
+	b.create(store.NewTask{Key: "k", Bucket: 2, Delay: time.Hour}) // not due: no need to wake anyone
+	if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop}); err != nil {
+		t.Fatal(err)
+	}
+	expect(store.TopicCommands, "a stop")
+	if _, err := b.s.ReleaseBuckets(b.ctx, "a", bucket.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if rel := expect(store.TopicBuckets, "a release"); rel.Payload != "1" {
+		t.Errorf("release payload %q, want 1", rel.Payload)
+	}
+
+	cancel()
+	select {
+	case _, open := <-sub.C():
+		for open {
+			_, open = <-sub.C()
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription did not end with its context")
+	}
+}
