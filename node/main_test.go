@@ -3,7 +3,9 @@ package node
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// Unit tests use the memory store; the latency benchmarks use PostgreSQL,
+// through testdb, which also checks for leaked goroutines.
+func TestMain(m *testing.M) { testdb.VerifyNoLeaks(m) }

@@ -155,8 +155,9 @@ type Store interface {
 type Notifier interface {
 	// Listen subscribes to the given topics until ctx ends or the
 	// subscription's Close is called. A subscription that loses its
-	// connection reports it on Err and tries to resume; callers poll anyway,
-	// so a missed notification delays work but loses none.
+	// connection tries to resume on its own; notifications sent meanwhile
+	// are missed, and callers poll anyway, so a missed notification delays
+	// work but loses none.
 	Listen(ctx context.Context, topics ...Topic) (Subscription, error)
 }
 

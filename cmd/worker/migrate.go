@@ -20,7 +20,7 @@ var numBucketsFlag = &cli.IntFlag{
 func migrateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "migrate",
-		Usage:     "create or upgrade the fleet's schema in PostgreSQL",
+		Usage:     "create or upgrade the fleet's schema in PostgreSQL (and the database, if missing)",
 		ArgsUsage: " ",
 		Flags:     commonFlags(numBucketsFlag, jsonFlag),
 		Action: func(c *cli.Context) error {
@@ -38,6 +38,13 @@ func migrateCommand() *cli.Command {
 			dsn, err := requireDSN(c)
 			if err != nil {
 				return err
+			}
+			created, err := postgres.EnsureDatabase(c.Context, dsn)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintln(c.App.ErrWriter, "created the database")
 			}
 			s, err := postgres.New(c.Context, dsn)
 			if err != nil {

@@ -319,8 +319,7 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 // stopping, or has an unacknowledged stop command, such a move goes to
 // stopped. This is decided before the table is consulted, because the table
 // lists what a stopping task can become (stopped, succeeded), not every
-// outcome its handler may report (failed, retrying, ...); and pausing has no
-// edge to stopped although a pausing task can be stopped.
+// outcome its handler may report (failed, retrying, ...).
 func (db *database) destination(rec *taskRecord, to task.Status) (task.Status, error) {
 	if endsAttempt(rec.Status, to) && (rec.Status == task.Stopping || db.stopPending(rec.ID)) {
 		return task.Stopped, nil

@@ -155,6 +155,18 @@ func testTransition(t *testing.T, h Harness) {
 			t.Fatalf("stopping -> succeeded: %+v", out)
 		}
 
+		// A stop that arrives while a pause is pending wins over the pause.
+		running5, _ := b.runningTask("a", 5)
+		b.advance("a", store.ActiveTransition{Ref: running5.Ref(), To: task.Pausing})
+		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running5.ID, Kind: store.CommandStop}); err != nil {
+			t.Fatal(err)
+		}
+		out = b.advance("a", store.ActiveTransition{Ref: running5.Ref(), To: task.Paused, Reason: "checkpoint"})
+		if out.Err != nil || out.Status != task.Stopped {
+			t.Fatalf("pausing task checkpointing with a stop pending: %+v, want stopped", out)
+		}
+		checkTrail(b, running5.ID)
+
 		// A stopping task that fails is stopped, not failed or retried.
 		running4, _ := b.runningTask("a", 4)
 		b.advance("a", store.ActiveTransition{Ref: running4.Ref(), To: task.Stopping})

@@ -1,0 +1,55 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// EnsureDatabase creates the database dsn names if it does not exist yet,
+// connecting to the server's "postgres" database to do so, and reports
+// whether it created it. It is for `worker migrate`, so that setting up a
+// fleet on a fresh server is one command; it needs the CREATEDB privilege
+// only when the database is missing.
+func EnsureDatabase(ctx context.Context, dsn string) (created bool, err error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return false, parseError(dsn, err)
+	}
+	name := cfg.Database
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return false, conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return false, fmt.Errorf("cannot reach PostgreSQL at %s/%s: %w", cfg.Host, name, err)
+	}
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err = pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return false, fmt.Errorf("database %q does not exist, and creating it needs a connection to the "+
+			"server's postgres database, which failed: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: created meanwhile
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating database %q: %w", name, wrapCreate(err))
+	}
+	return true, nil
+}
+
+func wrapCreate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		return fmt.Errorf("%w (the user may not create databases: create it, or grant CREATEDB)", err)
+	}
+	return err
+}
