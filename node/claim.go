@@ -41,8 +41,12 @@ func (n *Node) claimPass(ctx context.Context) {
 			return
 		}
 		// The statement is not cut by a stop: tasks the store may have
-		// claimed must reach the running set, to be run or released.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+		// claimed must reach the running set, to be run or released. For the
+		// same reason the client waits twice as long as the statement may
+		// run: the store has the database enforce half the deadline, so a
+		// slow claim is rolled back there rather than committed behind a
+		// client that has stopped listening.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
 		claimed, err := n.store.ClaimTasks(cctx, store.ClaimRequest{
 			Owner:    n.incarnation,
 			Node:     n.id,

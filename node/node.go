@@ -342,8 +342,11 @@ func (n *Node) startLoops() {
 		sub := n.subscribe(ctx, nt)
 		must(n.listenLoop.start(ctx, func(ctx context.Context) { n.listen(ctx, nt, sub) }))
 	}
+	// The lease loop ticks once at once: a bucket released between Start's
+	// first tick and the subscription above is then taken now, not a
+	// heartbeat later.
 	must(n.leaseLoop.start(ctx, func(ctx context.Context) {
-		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.leaseLoop.wake, false, func(ctx context.Context) {
+		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.leaseLoop.wake, true, func(ctx context.Context) {
 			_ = n.keeper.tick(ctx) // the keeper logs a failure, and serves until its deadline
 		})
 	}))

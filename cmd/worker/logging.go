@@ -28,6 +28,7 @@ func newLogger(c *cli.Context, stderr io.Writer) (*zap.Logger, error) {
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	switch format := c.String(logFormatFlag.Name); format {
 	case "json":

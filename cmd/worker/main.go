@@ -33,7 +33,14 @@ func main() {
 // and writers.
 func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	var unknown error
+	app.CommandNotFound = func(_ *cli.Context, name string) {
+		unknown = invalid(fmt.Errorf("unknown command %q: see `worker --help`", name))
+	}
 	err := app.Run(args)
+	if err == nil {
+		err = unknown
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -46,16 +53,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	usageError := func(_ *cli.Context, err error, _ bool) error { return invalid(err) }
+	app := &cli.App{
 		Name:    "worker",
 		Usage:   "a fleet of workers for background tasks on PostgreSQL",
 		Version: version,
 		Writer:  stdout, ErrWriter: stderr,
 		// Errors are printed once, by run, with their exit status.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return invalid(err)
-		},
+		OnUsageError: usageError,
 		Commands: []*cli.Command{
 			migrateCommand(),
 			runCommand(),
@@ -67,6 +73,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			bucketOfCommand(),
 		},
 	}
+	// A bad flag value is invalid input (exit 2) with a one-line message,
+	// not a page of help on stdout.
+	for _, c := range app.Commands {
+		c.OnUsageError = usageError
+	}
+	return app
 }
 
 // exitError carries the exit status an error should end the process with.

@@ -81,6 +81,13 @@ func runCommand() *cli.Command {
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
 func runNode(ctx context.Context, dsn string, cfg node.Config, log *zap.Logger) error {
+	// A node sets its fleet up if nobody has: the database, the schema, the
+	// bucket count. Both steps are safe to race with other nodes.
+	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
+		return err
+	} else if created {
+		log.Info("created the database")
+	}
 	s, err := postgres.New(ctx, dsn)
 	if err != nil {
 		return err
@@ -100,9 +107,6 @@ func runNode(ctx context.Context, dsn string, cfg node.Config, log *zap.Logger) 
 	if err := n.Start(ctx); err != nil {
 		return startError(err)
 	}
-	held := n.Held()
-	log.Info("node started", zap.String("node", n.ID()), zap.String("incarnation", n.Incarnation()),
-		zap.Int("buckets_held", len(held)))
 	<-ctx.Done()
 	log.Info("shutting down", zap.String("node", n.ID()))
 	return n.Shutdown(context.Background())

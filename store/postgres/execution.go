@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,15 +91,18 @@ WITH held AS (
 )
 SELECT ` + taskColumns + ` FROM claimed`
 
-// claimSettingSQL is the planner setting the claim runs under.
-const claimSettingSQL = `SET LOCAL enable_sort = off`
+// claimSettingSQL sets what the claim runs under, for its transaction only:
+// enable_sort off (above), and a statement timeout ($1, in milliseconds; 0
+// for none) so that the database rolls back a claim whose caller is about to
+// give up on it, instead of committing tasks the caller never hears of.
+const claimSettingSQL = `SELECT set_config('enable_sort', 'off', true), set_config('statement_timeout', $1::text, true)`
 
 // claimBatch runs claimSQL in a transaction with enable_sort off, pipelined
 // in one round trip.
-func claimBatch(args ...any) *pgx.Batch {
+func claimBatch(timeoutMillis int64, args ...any) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(claimSettingSQL)
+	b.Queue(claimSettingSQL, strconv.FormatInt(timeoutMillis, 10))
 	b.Queue(claimSQL, args...)
 	b.Queue("COMMIT")
 	return b
@@ -136,7 +140,13 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 			epochByBucket[h.Bucket] = h.Epoch
 		}
 	}
-	br := s.pool.SendBatch(ctx, claimBatch(buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node,
+	// Half the caller's remaining time for the statement, the rest for
+	// the answer to come back.
+	var timeoutMillis int64
+	if deadline, ok := ctx.Deadline(); ok {
+		timeoutMillis = max(1, time.Until(deadline).Milliseconds()/2)
+	}
+	br := s.pool.SendBatch(ctx, claimBatch(timeoutMillis, buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node,
 		micros(req.LeaseTTL), epochByBucket))
 	out, err := readClaim(br)
 	// On an error the connection is left in a failed transaction, and the

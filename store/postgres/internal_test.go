@@ -65,7 +65,7 @@ func testClaimPlan(t *testing.T, analyze bool) {
 		// As ClaimTasks runs it: in a transaction, under claimSettingSQL.
 		var plan []string
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, claimSettingSQL); err != nil {
+			if _, err := tx.Exec(ctx, claimSettingSQL, "0"); err != nil {
 				return err
 			}
 			rows, err := tx.Query(ctx, "EXPLAIN "+claimSQL,
@@ -136,5 +136,71 @@ func TestPasswords(t *testing.T) {
 		if !found {
 			t.Errorf("passwords(%q) = %q, want it to include %q", dsn, passwords(dsn), want)
 		}
+	}
+}
+
+// TestASlowClaimIsRolledBackByTheDatabase: a claim that cannot finish within
+// half its caller's deadline is cancelled by the database itself (a
+// statement timeout), so its transaction rolls back and no task is left
+// claimed behind a caller that has given up on the answer.
+func TestASlowClaimIsRolledBackByTheDatabase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn := testdb.New(t)
+	// One connection, so that the claim below runs on the connection
+	// where its statements are already prepared: preparing them would wait
+	// for the lock outside the claim's transaction.
+	s, err := New(ctx, dsn, WithMaxConns(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Migrate(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Kinds: []string{"noop"}, Limit: 1, LeaseTTL: time.Minute,
+		Buckets: []store.HeldBucket{{Bucket: 1, Epoch: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(1), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Another transaction holds the table, so the claim waits.
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	blocker, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(context.Background()) }()
+	if _, err := blocker.Exec(ctx, `LOCK TABLE flotilla_tasks IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+
+	claimCtx, claimCancel := context.WithTimeout(ctx, 4*time.Second)
+	defer claimCancel()
+	_, err = s.ClaimTasks(claimCtx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: 10,
+		LeaseTTL: time.Minute, Buckets: []store.HeldBucket{{Bucket: 1, Epoch: leases[0].Epoch}}})
+	if err == nil || !strings.Contains(err.Error(), "statement timeout") {
+		t.Fatalf("blocked claim: %v, want the database's statement timeout, before the caller's deadline", err)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(ctx, created[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "queued" || got.ClaimSeq != 0 {
+		t.Errorf("after the timed-out claim the task is %s with claim_seq %d, want queued and unclaimed", got.Status, got.ClaimSeq)
 	}
 }

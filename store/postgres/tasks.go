@@ -63,6 +63,13 @@ var insertTasksTail = `
 SELECT ` + taskColumns + ` FROM ins, (SELECT count(*) FROM notified) n
 ORDER BY id`
 
+// insertTasksQuietSQL creates tasks without announcing them, for callers
+// that announce after the commit (see CreateTasks).
+var insertTasksQuietSQL = insertTasksHead + `
+    RETURNING ` + taskColumns + `
+)
+SELECT ` + taskColumns + ` FROM ins ORDER BY id`
+
 var (
 	// insertTasksSQL creates tasks and, in the same statement, announces
 	// the buckets of those that are due now.
@@ -176,7 +183,23 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 		return nil, err
 	}
 	if len(tasks) < copyThreshold {
-		return insertTasks(ctx, s.pool, tasks)
+		// Insert, commit, then announce in a transaction of its own.
+		// PostgreSQL serialises the commits of transactions that notify
+		// (a lock held through the commit's WAL flush), so a NOTIFY inside
+		// the insert would queue every concurrent submitter behind one
+		// another's disk flush; a notify-only transaction writes no WAL.
+		out, err := insertTasksWith(ctx, s.pool, insertTasksQuietSQL, tasks)
+		if err != nil {
+			return nil, err
+		}
+		var due []int
+		for _, t := range out {
+			if t.Status == task.Queued {
+				due = append(due, t.Bucket)
+			}
+		}
+		s.announce(ctx, due)
+		return out, nil
 	}
 	var out []*task.Task
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -214,7 +237,11 @@ func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {
 // insertTasks creates a batch in one statement (an implicit transaction on
 // the pool), its notification included.
 func insertTasks(ctx context.Context, q querier, tasks []store.NewTask) ([]*task.Task, error) {
-	rows, err := q.Query(ctx, insertTasksSQL, newTaskBatch(tasks).args()...)
+	return insertTasksWith(ctx, q, insertTasksSQL, tasks)
+}
+
+func insertTasksWith(ctx context.Context, q querier, sql string, tasks []store.NewTask) ([]*task.Task, error) {
+	rows, err := q.Query(ctx, sql, newTaskBatch(tasks).args()...)
 	if err != nil {
 		return nil, createError(err, len(tasks))
 	}

@@ -317,12 +317,19 @@ func TestWorkerCLIFlagsAfterPositional(t *testing.T) {
 	}
 
 	t.Run("before the positional", func(t *testing.T) {
-		// Known bug in cmd/worker: a flag error that urfave/cli's own parser
-		// finds goes to the command's OnUsageError, which is unset (only
-		// the App's is), so the command exits 1 and prints its help on
-		// stdout instead of exiting 2 with one line on stderr.
-		t.Skip("known bug: worker <command> with an invalid flag exits 1 and prints help on stdout")
-		stdout, stderr, code := f.cli("get", "--bogus", "1")
-		checkOneLineRefusal(t, "worker get --bogus 1", stdout, stderr, code, exitInvalid, "bogus")
+		// A flag error found by the command's own parser is invalid input
+		// too: exit 2 with one line on stderr, not a page of help.
+		for _, c := range []struct {
+			args []string
+			want string // what the message must name
+		}{
+			{[]string{"get", "--bogus", "1"}, "bogus"},
+			{[]string{"run", "--concurrency", "abc"}, "abc"},
+			{[]string{"run", "--bucket-lease-ttl", "2"}, "2"},
+			{[]string{"nosuchcommand"}, "nosuchcommand"},
+		} {
+			stdout, stderr, code := runCLI(t, f.dsn, c.args...)
+			checkOneLineRefusal(t, "worker "+strings.Join(c.args, " "), stdout, stderr, code, exitInvalid, c.want)
+		}
 	})
 }
