@@ -61,7 +61,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Writer:  stdout, ErrWriter: stderr,
 		// Errors are printed once, by run, with their exit status.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: usageError,
+		OnUsageError:   usageError,
 		Commands: []*cli.Command{
 			migrateCommand(),
 			runCommand(),
