@@ -5,8 +5,8 @@
 // It implements the whole contract, with the semantics of the PostgreSQL
 // store, behind one mutex: every method is one atomic step, as one statement
 // or transaction is in a database. Its "database clock" is a function given
-// with [WithClock]; a [ManualClock] lets a test expire leases by advancing
-// time instead of sleeping. Times are kept in UTC at microsecond precision,
+// with [WithClock]; a manual clock (internal/clock.Manual) lets a test
+// expire leases by advancing time instead of sleeping. Times are kept in UTC at microsecond precision,
 // as PostgreSQL keeps timestamptz, so that a test passes on both stores or on
 // neither.
 //

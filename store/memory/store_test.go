@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/clock"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
 	"github.com/flotilla-dev/flotilla/task"
@@ -20,24 +21,27 @@ const (
 	ttl         = 30 * time.Second
 )
 
+// clockStart is a fixed instant, so that tests are reproducible.
+var clockStart = time.Date(2030, time.January, 1, 0, 0, 0, 0, time.UTC)
+
 // fixture is a migrated store on a manual clock.
 type fixture struct {
 	t     *testing.T
 	ctx   context.Context
-	clock *memory.ManualClock
+	clock *clock.Manual
 	s     *memory.Store
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	clock := memory.NewManualClock(time.Time{})
-	s := memory.New(memory.WithClock(clock.Now))
+	clk := clock.NewManual(clockStart)
+	s := memory.New(memory.WithClock(clk.Now))
 	t.Cleanup(s.Close)
 	ctx := context.Background()
 	if _, err := s.Migrate(ctx, testBuckets); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, ctx: ctx, clock: clock, s: s}
+	return &fixture{t: t, ctx: ctx, clock: clk, s: s}
 }
 
 func (f *fixture) create(nt ...store.NewTask) []*task.Task {
@@ -91,7 +95,7 @@ func (f *fixture) get(id int64) *task.Task {
 func TestTheManualClockDrivesEveryExpiry(t *testing.T) {
 	f := newFixture(t)
 	later := f.create(store.NewTask{Bucket: 1, Delay: 10 * time.Second})[0]
-	if later.Status != task.Scheduled || !later.RunAt.Equal(memory.ManualClockStart.Add(10*time.Second)) {
+	if later.Status != task.Scheduled || !later.RunAt.Equal(clockStart.Add(10*time.Second)) {
 		t.Fatalf("delayed task: %s at %v", later.Status, later.RunAt)
 	}
 	held := f.hold("a", 1)
