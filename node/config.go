@@ -90,6 +90,12 @@ type Config struct {
 	// PollInterval is the claim loop's fallback period (DefaultPollInterval).
 	PollInterval time.Duration
 
+	// ReconcileInterval is how often the node looks for expired tasks in
+	// the buckets it holds, to rescue them (default TaskLeaseTTL: a task
+	// lease that ran out is found within one more TTL). Tasks that a
+	// takeover fenced are rescued at once, not at the next interval.
+	ReconcileInterval time.Duration
+
 	// BackoffBase and BackoffMax shape the delay before a failed attempt is
 	// retried: full jitter, a random delay between 0 and
 	// min(BackoffMax, BackoffBase × 2^(attempt-1)).
@@ -134,6 +140,9 @@ func (c Config) withDefaults() Config {
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = c.TaskLeaseTTL
+	}
 	if c.BackoffBase == 0 {
 		c.BackoffBase = DefaultBackoffBase
 	}
@@ -165,6 +174,7 @@ func (c Config) validate() error {
 		{"TaskLeaseTTL", c.TaskLeaseTTL},
 		{"ShutdownTimeout", c.ShutdownTimeout},
 		{"PollInterval", c.PollInterval},
+		{"ReconcileInterval", c.ReconcileInterval},
 		{"BackoffBase", c.BackoffBase},
 		{"BackoffMax", c.BackoffMax},
 	}

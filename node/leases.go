@@ -48,6 +48,7 @@ type leaseKeeper struct {
 	held    map[int]heldLease
 	standby map[int]string // bucket -> node holding it, while this node waits
 	timer   clock.Timer
+	lastOK  time.Time // when the last renewal that the database answered was sent
 }
 
 type heldLease struct {
@@ -106,6 +107,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	}
 	standbyChanged := !sameStandby(k.standby, waiting)
 	k.standby = waiting
+	k.lastOK = sent
 	k.armLocked()
 	k.mu.Unlock()
 
@@ -284,4 +286,13 @@ func describeHeld(held []store.HeldBucket) string {
 		parts[i] = fmt.Sprintf("%s (epoch %d)", bucket.Of(byEpoch[e]...).String(), e)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// status reports what readiness needs: the buckets held now, the buckets
+// waited for, and when the database last answered a renewal.
+func (k *leaseKeeper) status() (held []store.HeldBucket, standby int, lastOK time.Time) {
+	held = k.Held()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return held, len(k.standby), k.lastOK
 }

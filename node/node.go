@@ -50,6 +50,20 @@ const (
 	stateStopped
 )
 
+func (s state) String() string {
+	switch s {
+	case stateNew:
+		return "new"
+	case stateStarting:
+		return "starting"
+	case stateRunning:
+		return "running"
+	case stateStopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
 // Node is one worker process of a fleet: it holds the leases of the buckets
 // it declares, claims the tasks of the kinds registered with it in the
 // buckets it holds, runs them and records their outcomes.
@@ -102,6 +116,7 @@ type Node struct {
 	renewLoop     *loop
 	listenLoop    *loop
 	completer     *completer
+	rescuer       *rescuer
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
@@ -139,6 +154,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	}
 	n.log = cfg.Logger.With(zap.String("node", n.id))
 	n.completer = newCompleter(n)
+	n.rescuer = newRescuer(n)
 	return n, nil
 }
 
@@ -359,6 +375,7 @@ func (n *Node) startLoops() {
 	must(n.claimLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
+	must(n.rescuer.loop.start(ctx, n.rescuer.run))
 }
 
 // defaultJitter draws uniformly from [0, ceiling].
@@ -398,9 +415,11 @@ func (n *Node) stopRegistration(ctx context.Context) {
 }
 
 // bucketsAcquired is the keeper's news of buckets taken: there may be work
-// waiting in them.
+// waiting in them, and tasks that the previous holder left running, which
+// the new epoch has fenced and which are rescued at once.
 func (n *Node) bucketsAcquired([]store.HeldBucket) {
 	n.claimLoop.poke()
+	n.rescuer.loop.poke()
 }
 
 // broadcastLocked wakes whoever waits on n.changed. n.mu must be held.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -74,4 +75,21 @@ func lookupFlag(flags []cli.Flag, name string) cli.Flag {
 		}
 	}
 	return nil
+}
+
+// noArgs applies any flags among a command's arguments and refuses the rest:
+// the command takes none. hint, if given, suggests what was meant.
+func noArgs(c *cli.Context, hint string) error {
+	args, err := positional(c)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s takes no arguments, got %q", c.Command.Name, args)
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return invalid(errors.New(msg))
 }

@@ -24,10 +24,8 @@ func migrateCommand() *cli.Command {
 		ArgsUsage: " ",
 		Flags:     commonFlags(numBucketsFlag, jsonFlag),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, ""); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("migrate takes no arguments, got %q", args))
 			}
 			n := c.Int(numBucketsFlag.Name)
 			if c.IsSet(numBucketsFlag.Name) {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
@@ -32,12 +35,11 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "task-lease-ttl", Value: node.DefaultTaskLeaseTTL, Usage: "task lease duration, renewed every TTL/3"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers"},
 			&cli.DurationFlag{Name: "poll-interval", Value: node.DefaultPollInterval, Usage: "how often to look for work when no notification arrives"},
+			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
 		),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, "did you mean --buckets?"); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("run takes no arguments, got %q (did you mean --buckets?)", args))
 			}
 			cfg := node.Config{
 				NodeID: c.String("node-id"), NumBuckets: c.Int(numBucketsFlag.Name),
@@ -73,14 +75,14 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runNode(c.Context, dsn, cfg, log)
+			return runNode(c.Context, dsn, c.String("http"), cfg, log)
 		},
 	}
 }
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn string, cfg node.Config, log *zap.Logger) error {
+func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, log *zap.Logger) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
 	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
@@ -104,6 +106,18 @@ func runNode(ctx context.Context, dsn string, cfg node.Config, log *zap.Logger) 
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if httpAddr != "" {
+		// Listen before starting, so that a taken address fails the start
+		// rather than a running node.
+		ln, err := net.Listen("tcp", httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http %s: %w", httpAddr, err)
+		}
+		srv := &http.Server{Handler: node.HealthHandler(n), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer func() { _ = srv.Close() }()
+		log.Info("serving health checks", zap.String("addr", ln.Addr().String()))
+	}
 	if err := n.Start(ctx); err != nil {
 		return startError(err)
 	}

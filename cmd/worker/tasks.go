@@ -63,10 +63,8 @@ func submitCommand() *cli.Command {
 			jsonFlag,
 		),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, "did you mean --key?"); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("submit takes no arguments, got %q (did you mean --key?)", args))
 			}
 			req, err := taskRequest(c)
 			if err != nil {
@@ -192,10 +190,8 @@ func listCommand() *cli.Command {
 			jsonFlag,
 		),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, ""); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("list takes no arguments, got %q", args))
 			}
 			f := store.TaskFilter{Kind: c.String("kind"), Key: c.String("key"), Schedule: c.String("schedule"),
 				Limit: c.Int("limit"), BeforeID: c.Int64("before")}
@@ -250,10 +246,8 @@ func bucketsCommand() *cli.Command {
 		ArgsUsage: " ",
 		Flags:     commonFlags(jsonFlag),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, ""); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("buckets takes no arguments, got %q", args))
 			}
 			client, err := connect(c)
 			if err != nil {
@@ -285,10 +279,8 @@ func nodesCommand() *cli.Command {
 		ArgsUsage: " ",
 		Flags:     commonFlags(jsonFlag),
 		Action: func(c *cli.Context) error {
-			if args, err := positional(c); err != nil {
+			if err := noArgs(c, ""); err != nil {
 				return err
-			} else if len(args) > 0 {
-				return invalid(fmt.Errorf("nodes takes no arguments, got %q", args))
 			}
 			client, err := connect(c)
 			if err != nil {
