@@ -12,7 +12,10 @@
 // the claim loop claims as many tasks as it can start now, of the kinds
 // registered, in the buckets it holds, stamped with their epochs; the task
 // lease renewer extends the leases of the attempts it runs, in one
-// statement; the completer writes outcomes in batches; and, when the store
+// statement; the completer writes outcomes in batches; the rescuer
+// (package reconcile) moves on the tasks of held buckets whose attempt is
+// gone: at every acquisition, at once, and every ReconcileInterval; and,
+// when the store
 // pushes notifications, a listener wakes the claim loop for new work and the
 // lease loop for released buckets. Polling backs every notification up.
 //

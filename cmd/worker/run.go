@@ -35,6 +35,7 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "task-lease-ttl", Value: node.DefaultTaskLeaseTTL, Usage: "task lease duration, renewed every TTL/3"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers"},
 			&cli.DurationFlag{Name: "poll-interval", Value: node.DefaultPollInterval, Usage: "how often to look for work when no notification arrives"},
+			&cli.DurationFlag{Name: "reconcile-interval", Usage: "how often to rescue tasks of held buckets whose lease expired (default: the task lease TTL)"},
 			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
 		),
 		Action: func(c *cli.Context) error {
@@ -46,7 +47,8 @@ func runCommand() *cli.Command {
 				Concurrency: c.Int("concurrency"), BucketLeaseTTL: c.Duration("bucket-lease-ttl"),
 				BucketLeaseHeartbeat: c.Duration("bucket-lease-heartbeat"), TaskLeaseTTL: c.Duration("task-lease-ttl"),
 				ShutdownTimeout: c.Duration("shutdown-timeout"), PollInterval: c.Duration("poll-interval"),
-				Version: version, AllBuckets: !c.IsSet("buckets"),
+				ReconcileInterval: c.Duration("reconcile-interval"),
+				Version:           version, AllBuckets: !c.IsSet("buckets"),
 			}
 			// The bucket set is checked before anything connects; its upper
 			// bound once the fleet's count is known.

@@ -158,8 +158,7 @@ func TestAStandbyTakesOverAfterKill9(t *testing.T) {
 	}
 
 	// The new holder serves the bucket, even the one whose task the dead
-	// holder left running. That task itself is not checked: its rescue by
-	// the new holder (reconcile, invariant 3) is not built yet.
+	// holder left running (the rescue of that task is rescue_test.go's).
 	sleepBucket := f.policy.Of(sleepKey)
 	noopKey := keyIn(t, f.policy, mustSet(t, fmt.Sprint(sleepBucket)), "noop")
 	noop := f.submit("--kind", "noop", "--key", noopKey)
