@@ -1,7 +1,8 @@
 // Package flotilla is the client of a flotilla fleet, for applications that
 // only enqueue and inspect tasks: Submit, SubmitMany, SubmitTx inside the
-// caller's pgx transaction, Get and List. A Client never runs tasks and never
-// consumes commands; nodes (package node) do that.
+// caller's pgx transaction, Get and List, and Stop, Pause and Resume. A
+// Client never runs tasks and never consumes commands: it issues them, and
+// nodes (package node) apply them.
 //
 // Submit routes a task by its key to the key's bucket, and by default refuses
 // a task that would wait silently: one whose bucket no live node holds, or
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
@@ -378,4 +380,30 @@ func (c *Client) Buckets(ctx context.Context) ([]BucketReport, error) {
 // Nodes lists the registered nodes.
 func (c *Client) Nodes(ctx context.Context) ([]store.NodeInfo, error) {
 	return c.store.ListNodes(ctx)
+}
+
+// Stop stops task id: at once when no node runs it (-> cancelled), through
+// the command channel when one does (-> stopping -> stopped). It returns once
+// the request is recorded; WaitCommand waits for a command's outcome. A
+// finished task is *commands.TooLateError; a missing one matches
+// store.ErrNotFound. issuedBy names the requester in the audit trail.
+func (c *Client) Stop(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
+	return commands.Stop(ctx, c.store, id, reason, issuedBy)
+}
+
+// Pause pauses task id: at once when it waits to run, at its handler's next
+// checkpoint when it runs.
+func (c *Client) Pause(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
+	return commands.Pause(ctx, c.store, id, reason, issuedBy)
+}
+
+// Resume queues paused task id again.
+func (c *Client) Resume(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
+	return commands.Resume(ctx, c.store, id, reason, issuedBy)
+}
+
+// WaitCommand waits until command id is acknowledged (see commands.Wait),
+// reading it every poll.
+func (c *Client) WaitCommand(ctx context.Context, id int64, poll time.Duration) (store.Command, task.Status, error) {
+	return commands.Wait(ctx, c.store, id, poll)
 }

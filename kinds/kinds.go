@@ -1,6 +1,7 @@
 // Package kinds holds the stock task kinds that the worker binary runs out
 // of the box, so that a fleet can be tried before any code is written:
-// noop, sleep and fail.
+// noop, sleep and fail; and exec, which runs a child process, refused
+// unless the operator allow-lists executables (see Exec).
 package kinds
 
 import (

@@ -42,6 +42,13 @@ const (
 	DefaultBackoffBase = 1 * time.Second
 	// DefaultBackoffMax caps the retry delay.
 	DefaultBackoffMax = 10 * time.Minute
+	// DefaultCommandPoll is how often the node reads its pending commands
+	// when no notification has woken it: the delay of a stop whose
+	// notification was missed.
+	DefaultCommandPoll = 1 * time.Second
+	// DefaultStopGrace is how long a stopped handler has to return after
+	// its context is cancelled before the node abandons it.
+	DefaultStopGrace = 10 * time.Second
 )
 
 // Config configures a Node. Build it with the zero values you do not care
@@ -102,6 +109,16 @@ type Config struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
+	// CommandPoll is how often the node reads the commands for the tasks
+	// it runs when no notification woke it (DefaultCommandPoll). It polls
+	// from Start, whether or not it runs anything yet.
+	CommandPoll time.Duration
+
+	// StopGrace is how long a handler whose task was stopped may take to
+	// return (DefaultStopGrace); after it, the task is recorded stopped and
+	// the handler abandoned: whatever it writes later is fenced.
+	StopGrace time.Duration
+
 	// Executor runs handlers (default GoroutineExecutor).
 	Executor Executor
 
@@ -149,6 +166,12 @@ func (c Config) withDefaults() Config {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = max(DefaultBackoffMax, c.BackoffBase)
 	}
+	if c.CommandPoll == 0 {
+		c.CommandPoll = DefaultCommandPoll
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = DefaultStopGrace
+	}
 	if c.Executor == nil {
 		c.Executor = GoroutineExecutor{}
 	}
@@ -177,6 +200,8 @@ func (c Config) validate() error {
 		{"ReconcileInterval", c.ReconcileInterval},
 		{"BackoffBase", c.BackoffBase},
 		{"BackoffMax", c.BackoffMax},
+		{"CommandPoll", c.CommandPoll},
+		{"StopGrace", c.StopGrace},
 	}
 	for _, p := range positive {
 		if p.value <= 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -54,9 +55,16 @@ type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// pauseRequested makes the handler's checkpoint answer task.ErrPaused.
+	pauseRequested atomic.Bool
+
 	// Guarded by Node.mu.
 	done      bool  // the handler has returned
 	abandoned error // why the attempt was given up without a write
+	// stopCommand is the stop command applied to the attempt (0: none);
+	// stopGrace abandons the handler if it has not returned in time.
+	stopCommand int64
+	stopGrace   clock.Timer
 }
 
 func (a *attempt) fields() []zap.Field {
@@ -76,6 +84,7 @@ func (n *Node) launch(t *task.Task) {
 		number: t.Attempt, max: t.MaxAttempts,
 	}
 	a.ctx, a.cancel = context.WithCancelCause(n.runCtx)
+	t.BindAttempt(&attemptHooks{n: n, a: a})
 
 	n.mu.Lock()
 	n.running[a.ref] = a
@@ -146,6 +155,9 @@ func (n *Node) finish(a *attempt, err error) {
 
 	n.mu.Lock()
 	a.done = true // abandonLocked leaves it alone from here on: its outcome stands
+	if a.stopGrace != nil {
+		a.stopGrace.Stop()
+	}
 	abandoned := a.abandoned
 	if abandoned != nil {
 		delete(n.running, a.ref)

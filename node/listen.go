@@ -10,7 +10,8 @@ import (
 )
 
 // listen turns the store's notifications into pokes: new work in a held
-// bucket wakes the claim loop, and a released bucket this node declares but
+// bucket wakes the claim loop, a command for this node (or for a task that
+// nobody ran when it was issued) wakes the command loop, and a released bucket this node declares but
 // does not hold wakes the lease loop, so a standby takes over at once
 // instead of at its next heartbeat. Notifications are hints; the loops poll
 // anyway, so one that is missed delays work and loses none.
@@ -28,6 +29,7 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 			n.log.Warn("notification subscription ended; listening again")
 			n.claimLoop.poke()
 			n.leaseLoop.poke()
+			n.commandLoop.poke()
 		}
 		if !sleep(ctx, n.cfg.Clock, pause) {
 			return
@@ -37,9 +39,11 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 }
 
 // subscribe listens to the topics a node acts on; nil when it failed, and
-// the node polls meanwhile.
+// the node polls meanwhile. The bucket topic stays last: the integration
+// tests know a node is listening once a session's last statement is its
+// LISTEN.
 func (n *Node) subscribe(ctx context.Context, nt store.Notifier) store.Subscription {
-	sub, err := nt.Listen(ctx, store.TopicTasks, store.TopicBuckets)
+	sub, err := nt.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicBuckets)
 	if err != nil {
 		if ctx.Err() == nil {
 			n.log.Warn("listening for notifications failed; polling meanwhile", zap.Error(err))
@@ -65,6 +69,12 @@ func (n *Node) consume(ctx context.Context, sub store.Subscription) {
 }
 
 func (n *Node) notified(note store.Notification) {
+	if note.Topic == store.TopicCommands {
+		if n.commandConcerns(note.Payload) {
+			n.commandLoop.poke()
+		}
+		return
+	}
 	buckets, err := bucket.ParseSet(note.Payload, 0)
 	whole := err != nil // an unreadable payload: assume it concerns us
 	switch note.Topic {

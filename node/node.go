@@ -25,7 +25,8 @@ import (
 // ctx is cancelled when the attempt must stop: its timeout passed
 // (ErrTimeout), this node lost the task's bucket (ErrBucketLost) or the task
 // lease (ErrTaskLeaseLost), or a shutdown ran out of patience
-// (ErrShuttingDown); context.Cause(ctx) tells which. t.Epoch and t.ClaimSeq
+// (ErrShuttingDown), or the task was stopped (ErrStopRequested);
+// context.Cause(ctx) tells which. t.Epoch and t.ClaimSeq
 // are the fencing token for the handler's own side effects.
 type Handler func(ctx context.Context, t *task.Task) error
 
@@ -36,6 +37,10 @@ var (
 	ErrTaskLeaseLost = errors.New("task lease lost: the attempt is no longer renewed")
 	ErrShuttingDown  = errors.New("node is shutting down: the task is released for another attempt")
 )
+
+// ErrStopRequested is the cause of a handler's context cancellation when
+// its task was stopped through the command channel.
+var ErrStopRequested = errors.New("stop requested: the task is being stopped")
 
 // ErrStopped is returned by Start and Submit on a node that has been shut
 // down.
@@ -115,6 +120,7 @@ type Node struct {
 	claimLoop     *loop
 	renewLoop     *loop
 	listenLoop    *loop
+	commandLoop   *loop
 	completer     *completer
 	rescuer       *rescuer
 
@@ -150,6 +156,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		claimLoop:     newLoop("claim"),
 		renewLoop:     newLoop("task lease renewal"),
 		listenLoop:    newLoop("notification listener"),
+		commandLoop:   newLoop("command"),
 		jitter:        defaultJitter,
 	}
 	n.log = cfg.Logger.With(zap.String("node", n.id))
@@ -376,6 +383,11 @@ func (n *Node) startLoops() {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
 	must(n.rescuer.loop.start(ctx, n.rescuer.run))
+	// From boot, not from the first claim (DESIGN invariant 8): a command
+	// is never left waiting for this node to have had work.
+	must(n.commandLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.CommandPoll, n.commandLoop.wake, true, n.commandPass)
+	}))
 }
 
 // defaultJitter draws uniformly from [0, ceiling].

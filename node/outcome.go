@@ -15,6 +15,9 @@ import (
 //   - nil: succeeded, with the handler's result. This holds even when the
 //     attempt's context was cancelled meanwhile: the work was done, and the
 //     record tells the truth.
+//   - cancelled by a stop: stopped.
+//   - task.ErrPaused after a pause was requested: paused, with the
+//     progress the handler saved.
 //   - cancelled for a shutdown: released to queued; the attempt does not
 //     count.
 //   - cancelled by the task's timeout: retrying while attempts remain, else
@@ -35,6 +38,15 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 	}
 	retry := a.number < a.max
 	switch {
+	case errors.Is(cause, ErrStopRequested):
+		// The store would turn any other outcome into stopped as well (a
+		// stop wins), but the trail reads better with the real reason.
+		tr.To, tr.Reason = task.Stopped, "stopped on request"
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopRequested) {
+			tr.Error = err.Error()
+		}
+	case errors.Is(err, task.ErrPaused) && a.pauseRequested.Load():
+		tr.To, tr.Reason = task.Paused, "paused at a checkpoint"
 	case errors.Is(cause, ErrShuttingDown):
 		tr.To, tr.Reason = task.Queued, "released at shutdown"
 		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {

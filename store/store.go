@@ -121,7 +121,8 @@ type Store interface {
 	PendingCommands(ctx context.Context, owner string) ([]Command, error)
 	// AckCommand records that a command was applied, by whom and with what
 	// outcome. Acknowledging twice keeps the first answer and returns
-	// ErrConflict.
+	// ErrConflict. A stop is also acknowledged by the move that stops its
+	// task (see Transition).
 	AckCommand(ctx context.Context, id int64, by, outcome string) (Command, error)
 	GetCommand(ctx context.Context, id int64) (Command, error)
 
@@ -236,7 +237,9 @@ type TaskFilter struct {
 //
 // A pending stop wins: when a task leaves an active state for anything but
 // succeeded (or another active state), and it is stopping or has an
-// unacknowledged stop command, the destination becomes stopped.
+// unacknowledged stop command, the destination becomes stopped. Any move to
+// stopped acknowledges the task's pending stop commands in the same
+// transaction, by the move's Node, with outcome OutcomeStopped.
 //
 // Guard, when set, makes the write conditional on Guard.Owner holding the
 // task's bucket under Guard.Epoch, unexpired by the database clock (ErrFenced
@@ -352,6 +355,23 @@ const (
 	CommandStop   = "stop"
 	CommandPause  = "pause"
 	CommandResume = "resume"
+)
+
+// Outcomes recorded by acknowledgements. A node may record others, in
+// words ("not running here").
+const (
+	// OutcomeStopped: the task was stopped. Written by the store itself
+	// when a move to stopped honours a pending stop.
+	OutcomeStopped = "stopped"
+	// OutcomePausing: the handler was asked to pause at its next
+	// checkpoint.
+	OutcomePausing = "pausing"
+	// OutcomeFinishedPrefix starts the outcome of a command that came too
+	// late: "already finished: <status>".
+	OutcomeFinishedPrefix = "already finished: "
+	// OutcomeNotRunningHere: the node that was asked no longer runs the
+	// task.
+	OutcomeNotRunningHere = "not running here"
 )
 
 // NewCommand is a command to issue.

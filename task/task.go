@@ -49,6 +49,10 @@ type Task struct {
 	StartedAt  time.Time // start of the latest attempt
 	FinishedAt time.Time // when it reached a terminal state
 	UpdatedAt  time.Time
+
+	// hooks connect a running attempt's handler to its node (BindAttempt);
+	// nil on every copy a store returns.
+	hooks AttemptHooks
 }
 
 // Ref names one attempt of a task: the fencing token a handler carries.

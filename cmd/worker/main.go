@@ -68,8 +68,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			submitCommand(),
 			getCommand(),
 			listCommand(),
+			stopCommand(),
+			pauseCommand(),
+			resumeCommand(),
 			bucketsCommand(),
 			nodesCommand(),
+			reconcileCommand(),
 			bucketOfCommand(),
 		},
 	}

@@ -36,6 +36,9 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers"},
 			&cli.DurationFlag{Name: "poll-interval", Value: node.DefaultPollInterval, Usage: "how often to look for work when no notification arrives"},
 			&cli.DurationFlag{Name: "reconcile-interval", Usage: "how often to rescue tasks of held buckets whose lease expired (default: the task lease TTL)"},
+			&cli.DurationFlag{Name: "command-poll", Value: node.DefaultCommandPoll, Usage: "how often to read pending stop/pause commands when no notification arrives"},
+			&cli.DurationFlag{Name: "stop-grace", Value: node.DefaultStopGrace, Usage: "how long a stopped handler may take to return before it is abandoned"},
+			&cli.StringSliceFlag{Name: "allow-exec", Usage: "let exec tasks run this executable (repeatable); without it exec tasks fail"},
 			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
 		),
 		Action: func(c *cli.Context) error {
@@ -48,7 +51,8 @@ func runCommand() *cli.Command {
 				BucketLeaseHeartbeat: c.Duration("bucket-lease-heartbeat"), TaskLeaseTTL: c.Duration("task-lease-ttl"),
 				ShutdownTimeout: c.Duration("shutdown-timeout"), PollInterval: c.Duration("poll-interval"),
 				ReconcileInterval: c.Duration("reconcile-interval"),
-				Version:           version, AllBuckets: !c.IsSet("buckets"),
+				CommandPoll:       c.Duration("command-poll"), StopGrace: c.Duration("stop-grace"),
+				Version: version, AllBuckets: !c.IsSet("buckets"),
 			}
 			// The bucket set is checked before anything connects; its upper
 			// bound once the fleet's count is known.
@@ -77,14 +81,15 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, log)
+			exec := kinds.ExecConfig{Allowed: c.StringSlice("allow-exec"), Grace: cfg.StopGrace}
+			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log)
 		},
 	}
 }
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, log *zap.Logger) error {
+func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
 	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
@@ -105,6 +110,7 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, log *za
 		return invalid(err)
 	}
 	kinds.Register(n)
+	kinds.RegisterExec(n, exec)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

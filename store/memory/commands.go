@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
 )
@@ -51,6 +52,18 @@ func (db *database) stopPending(taskID int64) bool {
 		}
 	}
 	return false
+}
+
+// ackStops acknowledges, with outcome "stopped", the pending stop commands
+// of a task that has just become stopped: the move that honoured them is
+// their answer, whoever made it (the node that ran the task, or the
+// reconcile of its next holder).
+func (db *database) ackStops(taskID int64, by string, now time.Time) {
+	for _, cmd := range db.commandsByTask[taskID] {
+		if cmd.Kind == store.CommandStop && !cmd.Acked() {
+			cmd.AckedAt, cmd.AckedBy, cmd.Outcome = now, by, store.OutcomeStopped
+		}
+	}
 }
 
 // PendingCommands lists the unacknowledged commands of the active tasks that

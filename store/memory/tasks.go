@@ -388,6 +388,9 @@ func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now tim
 			db.announceTasks(rec.Bucket)
 		}
 	}
+	if to == task.Stopped {
+		db.ackStops(rec.ID, m.node, now)
+	}
 	if to.Terminal() {
 		rec.FinishedAt = now
 		delete(db.unfinished, rec.ID)

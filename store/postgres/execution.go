@@ -288,7 +288,7 @@ WITH b AS (
               c.node AS ev_node, c.ord
 ), ev AS (
     ` + eventInsertSQL("moved") + `
-)
+), ` + ackStopsSQL("moved") + `
 SELECT b.ord, m.status, m.bucket, c.old_status, c.dest,
        -- Only for inputs that were fenced or name no task.
        CASE WHEN c.ord IS NULL THEN (SELECT status FROM flotilla_tasks WHERE id = b.id) END

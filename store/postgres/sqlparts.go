@@ -3,6 +3,7 @@ package postgres
 import (
 	"strings"
 
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -145,4 +146,19 @@ func eventInsertSQL(src string) string {
         (task_id, seq, from_status, to_status, at, node, epoch, attempt, reason, error)
     SELECT id, status_version, old_status, status, statement_timestamp(), ev_node, epoch, attempt, reason, err
     FROM ` + src
+}
+
+// ackStopsSQL returns a CTE named acked that acknowledges, with outcome
+// stopped, the pending stop commands of every task that src (a CTE with id,
+// status and ev_node) moved to stopped: the move that honours a stop is its
+// answer, in the same statement. A data-modifying CTE runs whether or not
+// the statement reads it.
+func ackStopsSQL(src string) string {
+	return `acked AS (
+    UPDATE flotilla_commands cmd
+    SET acked_at = statement_timestamp(), acked_by = coalesce(s.ev_node, ''), outcome = '` + store.OutcomeStopped + `'
+    FROM ` + src + ` s
+    WHERE cmd.task_id = s.id AND s.status = 'stopped' AND cmd.kind = '` + store.CommandStop + `'
+      AND cmd.acked_at IS NULL
+)`
 }

@@ -504,7 +504,7 @@ WITH cur AS (
     RETURNING ` + taskColumnsOf("t") + `, c.old_status, $6::text AS ev_node, $4::text AS reason, c.err
 ), ev AS (
     ` + eventInsertSQL(`(SELECT id, status_version, old_status, status, ev_node, $7::bigint AS epoch, attempt, reason, err FROM moved) m`) + `
-)
+), ` + ackStopsSQL("moved") + `
 SELECT c.old_status, c.old_version, c.guard_ok, c.dest, c.allowed, m.id IS NOT NULL,
        ` + taskColumnsOf("m") + `
 FROM c LEFT JOIN moved m ON true`

@@ -77,6 +77,41 @@ func testCommands(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("TheMoveThatStopsAcknowledges", func(t *testing.T) {
+		// A stop honoured by an attempt's end (the node's completion) or by
+		// a rescue (Transition) is acknowledged, atomically, with outcome
+		// stopped and the mover's node; other commands stay as they were.
+		b := setup(t, h)
+		running, _ := b.runningTask("a", 1)
+		stop, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop})
+		pause, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandPause})
+		if o := b.advance("a", store.ActiveTransition{Ref: running.Ref(), To: task.Retrying, Error: "boom"}); o.Status != task.Stopped {
+			t.Fatalf("a failed attempt with a stop pending ended %s (%v), want stopped", o.Status, o.Err)
+		}
+		got, err := b.s.GetCommand(b.ctx, stop.ID)
+		if err != nil || !got.Acked() || got.Outcome != store.OutcomeStopped || got.AckedBy != nodeOf("a") {
+			t.Errorf("stop after the task stopped: %+v %v, want acknowledged %q by %s", got, err, store.OutcomeStopped, nodeOf("a"))
+		}
+		if got, _ := b.s.GetCommand(b.ctx, pause.ID); got.Acked() {
+			t.Errorf("a pause was acknowledged by a stop: %+v", got)
+		}
+
+		rescued, held := b.runningTask("b", 2)
+		stop2, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: rescued.ID, Kind: store.CommandStop})
+		_, err = b.s.Transition(b.ctx, store.Transition{
+			ID: rescued.ID, Version: rescued.StatusVersion, To: task.Retrying, Reason: "lease expired",
+			Node: "rescuer", Epoch: held[0].Epoch, Guard: &store.LeaseGuard{Owner: "b", Epoch: held[0].Epoch},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ = b.s.GetCommand(b.ctx, stop2.ID)
+		if b.get(rescued.ID).Status != task.Stopped || got.Outcome != store.OutcomeStopped || got.AckedBy != "rescuer" {
+			t.Errorf("rescue with a stop pending: task %s, command %+v; want stopped, acknowledged by rescuer",
+				b.get(rescued.ID).Status, got)
+		}
+	})
+
 	t.Run("NoSuchTaskOrCommand", func(t *testing.T) {
 		b := setup(t, h)
 		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: 4242, Kind: store.CommandStop}); !errors.Is(err, store.ErrNotFound) {

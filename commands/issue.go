@@ -1,0 +1,159 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// maxConflicts bounds how often a request is decided again because the task
+// moved between the read and the compare-and-set. Each conflict is a real
+// transition of the task, so a handful means a task that changes state
+// faster than anyone can watch it.
+const maxConflicts = 10
+
+// Result is what a request did.
+type Result struct {
+	TaskID int64
+	Kind   string      // store.CommandStop, CommandPause or CommandResume
+	From   task.Status // the task's state when the request was decided
+	// Status is the task's state after a direct change, or From when a
+	// command was issued for its holder.
+	Status task.Status
+	// Node runs the task when a command was issued ("" otherwise).
+	Node string
+	// Command is the command issued for the task's holder; its ID is 0 when
+	// the request was applied directly.
+	Command store.Command
+}
+
+// Direct reports whether the request was applied at once, with no node
+// involved.
+func (r Result) Direct() bool { return r.Command.ID == 0 }
+
+// Stop stops a task: one that no node runs becomes cancelled at once; a
+// running one gets a stop command, which its holder applies (-> stopping ->
+// stopped). A task already cancelled or stopped is reported as it is. A
+// finished task is *TooLateError; a missing one matches store.ErrNotFound.
+func Stop(ctx context.Context, s store.Store, id int64, reason, issuedBy string) (Result, error) {
+	return decide(ctx, s, id, store.CommandStop, reason, issuedBy, func(t *task.Task) (action, error) {
+		switch {
+		case t.Status == task.Cancelled || t.Status == task.Stopped:
+			return done, nil
+		case t.Status.Terminal():
+			return done, &TooLateError{ID: t.ID, Status: t.Status}
+		case t.Status.Active():
+			return issue, nil
+		}
+		return moveTo(task.Cancelled), nil
+	})
+}
+
+// Pause pauses a task: one that waits to run (scheduled, queued, retrying)
+// becomes paused at once; a running one gets a pause command, and its
+// handler is paused at its next checkpoint (task.Task.Checkpoint). A handler
+// that never checkpoints just finishes.
+func Pause(ctx context.Context, s store.Store, id int64, reason, issuedBy string) (Result, error) {
+	return decide(ctx, s, id, store.CommandPause, reason, issuedBy, func(t *task.Task) (action, error) {
+		switch t.Status {
+		case task.Paused, task.Pausing:
+			return done, nil
+		case task.Running:
+			return issue, nil
+		case task.Scheduled, task.Queued, task.Retrying:
+			return moveTo(task.Paused), nil
+		}
+		if t.Status.Terminal() {
+			return done, &TooLateError{ID: t.ID, Status: t.Status}
+		}
+		return done, &StateError{ID: t.ID, Kind: store.CommandPause, Status: t.Status,
+			Want: "only a scheduled, queued, retrying or running task can be paused"}
+	})
+}
+
+// Resume queues a paused task again; its next attempt sees the progress it
+// saved. It involves no node.
+func Resume(ctx context.Context, s store.Store, id int64, reason, issuedBy string) (Result, error) {
+	return decide(ctx, s, id, store.CommandResume, reason, issuedBy, func(t *task.Task) (action, error) {
+		switch {
+		case t.Status == task.Paused:
+			return moveTo(task.Queued), nil
+		case t.Status.Terminal():
+			return done, &TooLateError{ID: t.ID, Status: t.Status}
+		}
+		return done, &StateError{ID: t.ID, Kind: store.CommandResume, Status: t.Status,
+			Want: "only a paused task can be resumed"}
+	})
+}
+
+// action is what a request does to a task in the state it was read in:
+// nothing (the zero action: it is already what was asked), a command for its
+// holder (issue), or a direct move to a state.
+type action struct {
+	issue bool
+	to    task.Status
+}
+
+var (
+	done  = action{}
+	issue = action{issue: true}
+)
+
+func moveTo(s task.Status) action { return action{to: s} }
+
+// decide reads the task, asks choose what to do with it, and does it; a
+// compare-and-set that finds the task moved on is decided again.
+func decide(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy string,
+	choose func(*task.Task) (action, error)) (Result, error) {
+	for range maxConflicts {
+		t, err := s.GetTask(ctx, id)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s task %d: %w", kind, id, err)
+		}
+		act, err := choose(t)
+		if err != nil {
+			return Result{}, err
+		}
+		res := Result{TaskID: id, Kind: kind, From: t.Status, Status: t.Status}
+		switch act {
+		case done:
+			return res, nil
+		case issue:
+			cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: kind, Reason: reason, IssuedBy: issuedBy})
+			if err != nil {
+				return Result{}, fmt.Errorf("%s task %d: %w", kind, id, err)
+			}
+			res.Command, res.Node = cmd, t.Node
+			return res, nil
+		}
+		moved, err := s.Transition(ctx, store.Transition{
+			ID: id, Version: t.StatusVersion, To: act.to, Reason: requested(kind, reason, issuedBy),
+		})
+		switch {
+		case err == nil:
+			res.Status = moved.Status
+			return res, nil
+		case errors.Is(err, store.ErrConflict):
+			continue // the task moved: decide again on what it is now
+		default:
+			return Result{}, fmt.Errorf("%s task %d: %w", kind, id, err)
+		}
+	}
+	return Result{}, fmt.Errorf("%s task %d: it changed state %d times while the request was being applied: %w",
+		kind, id, maxConflicts, store.ErrConflict)
+}
+
+// requested is the audit reason of a direct change.
+func requested(kind, reason, issuedBy string) string {
+	s := kind + " requested"
+	if issuedBy != "" {
+		s += " by " + issuedBy
+	}
+	if reason != "" {
+		s += ": " + reason
+	}
+	return s
+}
