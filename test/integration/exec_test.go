@@ -100,4 +100,3 @@ func groupMembers(pgid int) []int {
 	}
 	return live
 }
-
