@@ -237,9 +237,10 @@ type TaskFilter struct {
 //
 // A pending stop wins: when a task leaves an active state for anything but
 // succeeded (or another active state), and it is stopping or has an
-// unacknowledged stop command, the destination becomes stopped. Any move to
-// stopped acknowledges the task's pending stop commands in the same
-// transaction, by the move's Node, with outcome OutcomeStopped.
+// unacknowledged stop command, the destination becomes stopped. A move to a
+// final state answers the task's pending commands in the same transaction,
+// by the move's Node: a stop honoured by a move to stopped with
+// OutcomeStopped, any other with OutcomeFinishedPrefix + the final status.
 //
 // Guard, when set, makes the write conditional on Guard.Owner holding the
 // task's bucket under Guard.Epoch, unexpired by the database clock (ErrFenced

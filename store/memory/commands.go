@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // IssueCommand records a command for a task with the task's current owner,
@@ -54,15 +55,22 @@ func (db *database) stopPending(taskID int64) bool {
 	return false
 }
 
-// ackStops acknowledges, with outcome "stopped", the pending stop commands
-// of a task that has just become stopped: the move that honoured them is
-// their answer, whoever made it (the node that ran the task, or the
-// reconcile of its next holder).
-func (db *database) ackStops(taskID int64, by string, now time.Time) {
+// ackFinished answers the pending commands of a task that has just reached
+// a final state, as the move's own answer: a stop honoured by a move to
+// stopped is acknowledged "stopped" (whoever made the move: the node that
+// ran the task, or the reconcile of its next holder); any other command of a
+// task that finished first is acknowledged "already finished: <status>", so
+// that nobody waits on a command that can no longer apply.
+func (db *database) ackFinished(taskID int64, status task.Status, by string, now time.Time) {
 	for _, cmd := range db.commandsByTask[taskID] {
-		if cmd.Kind == store.CommandStop && !cmd.Acked() {
-			cmd.AckedAt, cmd.AckedBy, cmd.Outcome = now, by, store.OutcomeStopped
+		if cmd.Acked() {
+			continue
 		}
+		outcome := store.OutcomeFinishedPrefix + string(status)
+		if status == task.Stopped && cmd.Kind == store.CommandStop {
+			outcome = store.OutcomeStopped
+		}
+		cmd.AckedAt, cmd.AckedBy, cmd.Outcome = now, by, outcome
 	}
 }
 

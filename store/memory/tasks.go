@@ -388,8 +388,8 @@ func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now tim
 			db.announceTasks(rec.Bucket)
 		}
 	}
-	if to == task.Stopped {
-		db.ackStops(rec.ID, m.node, now)
+	if to.Terminal() {
+		db.ackFinished(rec.ID, to, m.node, now)
 	}
 	if to.Terminal() {
 		rec.FinishedAt = now

@@ -148,17 +148,22 @@ func eventInsertSQL(src string) string {
     FROM ` + src
 }
 
-// ackStopsSQL returns a CTE named acked that acknowledges, with outcome
-// stopped, the pending stop commands of every task that src (a CTE with id,
-// status and ev_node) moved to stopped: the move that honours a stop is its
-// answer, in the same statement. A data-modifying CTE runs whether or not
-// the statement reads it.
+// ackStopsSQL returns a CTE named acked that answers the pending commands
+// of every task that src (a CTE with id, status and ev_node) moved to a
+// final state, in the same statement: a stop honoured by a move to stopped
+// is acknowledged "stopped"; any other command of a task that finished
+// first is acknowledged "already finished: <status>", so that nobody waits
+// on a command that can no longer apply. A data-modifying CTE runs whether
+// or not the statement reads it.
 func ackStopsSQL(src string) string {
 	return `acked AS (
     UPDATE flotilla_commands cmd
-    SET acked_at = statement_timestamp(), acked_by = coalesce(s.ev_node, ''), outcome = '` + store.OutcomeStopped + `'
+    SET acked_at = statement_timestamp(), acked_by = coalesce(s.ev_node, ''),
+        outcome = CASE WHEN s.status = 'stopped' AND cmd.kind = '` + store.CommandStop + `'
+                       THEN '` + store.OutcomeStopped + `'
+                       ELSE '` + store.OutcomeFinishedPrefix + `' || s.status END
     FROM ` + src + ` s
-    WHERE cmd.task_id = s.id AND s.status = 'stopped' AND cmd.kind = '` + store.CommandStop + `'
+    WHERE cmd.task_id = s.id AND s.status IN ` + terminalStatusesSQL + `
       AND cmd.acked_at IS NULL
 )`
 }

@@ -80,7 +80,8 @@ func testCommands(t *testing.T, h Harness) {
 	t.Run("TheMoveThatStopsAcknowledges", func(t *testing.T) {
 		// A stop honoured by an attempt's end (the node's completion) or by
 		// a rescue (Transition) is acknowledged, atomically, with outcome
-		// stopped and the mover's node; other commands stay as they were.
+		// stopped and the mover's node; other commands of the finished task
+		// are answered "already finished".
 		b := setup(t, h)
 		running, _ := b.runningTask("a", 1)
 		stop, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop})
@@ -92,8 +93,21 @@ func testCommands(t *testing.T, h Harness) {
 		if err != nil || !got.Acked() || got.Outcome != store.OutcomeStopped || got.AckedBy != nodeOf("a") {
 			t.Errorf("stop after the task stopped: %+v %v, want acknowledged %q by %s", got, err, store.OutcomeStopped, nodeOf("a"))
 		}
-		if got, _ := b.s.GetCommand(b.ctx, pause.ID); got.Acked() {
-			t.Errorf("a pause was acknowledged by a stop: %+v", got)
+		if got, _ := b.s.GetCommand(b.ctx, pause.ID); got.Outcome != store.OutcomeFinishedPrefix+"stopped" {
+			t.Errorf("a pause of a task that stopped: %+v, want %q", got, store.OutcomeFinishedPrefix+"stopped")
+		}
+
+		// Work that finished before its stop was seen answers the stop too.
+		done, _ := b.runningTask("a", 3)
+		late, _ := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: done.ID, Kind: store.CommandStop})
+		if o := b.advance("a", store.ActiveTransition{Ref: done.Ref(), To: task.Succeeded}); o.Status != task.Succeeded {
+			t.Fatalf("completion with a stop pending ended %s (%v), want succeeded", o.Status, o.Err)
+		}
+		if got, _ := b.s.GetCommand(b.ctx, late.ID); got.Outcome != store.OutcomeFinishedPrefix+"succeeded" || got.AckedBy != nodeOf("a") {
+			t.Errorf("a stop that came too late: %+v, want %q by %s", got, store.OutcomeFinishedPrefix+"succeeded", nodeOf("a"))
+		}
+		if p, _ := b.s.PendingCommands(b.ctx, "a"); len(p) != 0 {
+			t.Errorf("commands of finished tasks still pending: %+v", p)
 		}
 
 		rescued, held := b.runningTask("b", 2)
