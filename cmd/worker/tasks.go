@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -240,42 +242,27 @@ func listCommand() *cli.Command {
 }
 
 func bucketsCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "buckets",
-		Usage:     "show every bucket: holder, epoch, expiry, standby nodes, backlog",
-		ArgsUsage: " ",
-		Flags:     commonFlags(jsonFlag),
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c, ""); err != nil {
-				return err
-			}
-			client, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer client.Close()
-			bs, err := client.Buckets(c.Context)
-			if err != nil {
-				return err
-			}
-			if c.Bool(jsonFlag.Name) {
-				out := make([]bucketJSON, len(bs))
-				for i, b := range bs {
-					out[i] = bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Epoch: b.Epoch, ExpiresAt: jsonTime(b.ExpiresAt),
-						Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
-				}
-				return printJSON(c.App.Writer, out)
-			}
-			printBuckets(c.App.Writer, bs)
-			return nil
+	return showCommand("buckets", "show every bucket: holder, epoch, expiry, standby nodes, backlog",
+		(*flotilla.Client).Buckets,
+		func(b flotilla.BucketReport) any {
+			return bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Epoch: b.Epoch, ExpiresAt: jsonTime(b.ExpiresAt),
+				Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
 		},
-	}
+		printBuckets)
 }
 
 func nodesCommand() *cli.Command {
+	return showCommand("nodes", "list the registered nodes", (*flotilla.Client).Nodes,
+		func(n store.NodeInfo) any { return newNodeJSON(n) }, printNodes)
+}
+
+// showCommand is a read-only command without arguments: it reads a list
+// from the fleet and prints it as a JSON array (--json) or a table.
+func showCommand[T any](name, usage string, read func(*flotilla.Client, context.Context) ([]T, error),
+	asJSON func(T) any, table func(io.Writer, []T)) *cli.Command {
 	return &cli.Command{
-		Name:      "nodes",
-		Usage:     "list the registered nodes",
+		Name:      name,
+		Usage:     usage,
 		ArgsUsage: " ",
 		Flags:     commonFlags(jsonFlag),
 		Action: func(c *cli.Context) error {
@@ -287,18 +274,18 @@ func nodesCommand() *cli.Command {
 				return err
 			}
 			defer client.Close()
-			ns, err := client.Nodes(c.Context)
+			items, err := read(client, c.Context)
 			if err != nil {
 				return err
 			}
 			if c.Bool(jsonFlag.Name) {
-				out := make([]nodeJSON, len(ns))
-				for i, n := range ns {
-					out[i] = newNodeJSON(n)
+				out := make([]any, len(items))
+				for i, item := range items {
+					out[i] = asJSON(item)
 				}
 				return printJSON(c.App.Writer, out)
 			}
-			printNodes(c.App.Writer, ns)
+			table(c.App.Writer, items)
 			return nil
 		},
 	}
