@@ -38,12 +38,13 @@ const outputDrainTimeout = 2 * time.Second
 const fallbackPath = "/usr/local/bin:/usr/bin:/bin"
 
 // ErrNotAllowed is wrapped by every refusal to run an executable: the node
-// allows none, or not this one. Retrying on the same node cannot help, so the
-// node could one day fail such a task at once; today the refusal is an
-// ordinary failed attempt, retried while attempts remain.
+// allows none, or not this one. Retrying on the same node cannot help, so
+// the refusal also wraps task.ErrNoRetry: the node fails such a task at once
+// instead of using up its attempts.
 var ErrNotAllowed = errors.New("exec is not allowed on this node")
 
-// NotAllowedError is a refusal to run an executable. It wraps ErrNotAllowed.
+// NotAllowedError is a refusal to run an executable. It wraps ErrNotAllowed
+// and task.ErrNoRetry.
 type NotAllowedError struct {
 	Argv0   string   // the refused executable; "" when the node allows none
 	Allowed []string // the node's allow list, as the operator wrote it
@@ -58,7 +59,7 @@ func (e *NotAllowedError) Error() string {
 		ErrNotAllowed, e.Argv0, strings.Join(e.Allowed, " "), hint)
 }
 
-func (e *NotAllowedError) Unwrap() error { return ErrNotAllowed }
+func (e *NotAllowedError) Unwrap() []error { return []error{ErrNotAllowed, task.ErrNoRetry} }
 
 // ExecConfig configures the exec kind.
 type ExecConfig struct {

@@ -75,8 +75,8 @@ func TestExecRefusesWhenNothingIsAllowed(t *testing.T) {
 	b := setupExec(t, ExecConfig{})
 	tk := execTask(t, ExecPayload{Argv: []string{"true"}})
 	err := b.run(t, tk)
-	if !errors.Is(err, ErrNotAllowed) {
-		t.Fatalf("err = %v, want ErrNotAllowed", err)
+	if !errors.Is(err, ErrNotAllowed) || !errors.Is(err, task.ErrNoRetry) {
+		t.Fatalf("err = %v, want ErrNotAllowed, not worth retrying", err)
 	}
 	for _, want := range []string{"exec is not allowed on this node", "start the node with --allow-exec PATH"} {
 		if !strings.Contains(err.Error(), want) {

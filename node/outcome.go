@@ -23,7 +23,7 @@ import (
 //   - cancelled by the task's timeout: retrying while attempts remain, else
 //     timed_out.
 //   - any other error, a panic included: retrying while attempts remain,
-//     else failed.
+//     else failed; failed at once for an error that wraps task.ErrNoRetry.
 //
 // cause is the attempt context's cancellation cause, nil if it was not
 // cancelled.
@@ -36,7 +36,7 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 		}
 		err = fmt.Errorf("the handler succeeded but set a result that is not valid JSON (%d bytes)", len(a.view.Result))
 	}
-	retry := a.number < a.max
+	retry := a.number < a.max && !errors.Is(err, task.ErrNoRetry)
 	switch {
 	case errors.Is(cause, ErrStopRequested):
 		// The store would turn any other outcome into stopped as well (a
@@ -65,6 +65,9 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 			tr.To, tr.Reason, tr.Delay = task.Retrying, "failed; retrying", n.backoff(a.number)
 		} else {
 			tr.To, tr.Reason = task.Failed, fmt.Sprintf("failed on the last of %d attempts", a.max)
+			if a.number < a.max {
+				tr.Reason = "failed; not worth retrying"
+			}
 		}
 	}
 	return tr

@@ -58,6 +58,24 @@ func TestATaskThatAlwaysFailsEndsFailedAfterItsAttempts(t *testing.T) {
 	}
 }
 
+func TestAnErrorNotWorthRetryingFailsAtOnce(t *testing.T) {
+	b := setup(t)
+	n := b.startNode(t, quickRetries(b.config(t, "refusing")), map[string]Handler{
+		"refuse": func(context.Context, *task.Task) error {
+			return task.NoRetry(errors.New("the payload names no customer"))
+		},
+	})
+	tk := submit(t, n, SubmitRequest{Kind: "refuse", Key: "k", MaxAttempts: 5})
+	eventually(t, "the task failed", b.statusIs(t, tk.ID, task.Failed))
+	got := b.get(t, tk.ID)
+	if got.Attempt != 1 || got.Error != "the payload names no customer" {
+		t.Errorf("failed at attempt %d with %q, want attempt 1 with its error", got.Attempt, got.Error)
+	}
+	if trail := b.trail(t, tk.ID); trail != "queued running failed" {
+		t.Errorf("trail %q, want no retry", trail)
+	}
+}
+
 func TestAPanicIsAFailedAttemptWithItsStack(t *testing.T) {
 	b := setup(t)
 	n := b.startNode(t, b.config(t, "panicky"), map[string]Handler{

@@ -57,3 +57,17 @@ func (t *Task) SaveProgress(ctx context.Context, progress json.RawMessage) error
 	t.Progress = append(json.RawMessage(nil), progress...)
 	return nil
 }
+
+// ErrNoRetry marks a handler's error as one that another attempt cannot
+// fix (bad input, a command this node refuses to run): the task fails at
+// once instead of using up its attempts. Wrap it with NoRetry.
+var ErrNoRetry = errors.New("not worth retrying")
+
+// NoRetry wraps err so that the node fails the task without retrying it.
+func NoRetry(err error) error { return &noRetry{err} }
+
+type noRetry struct{ err error }
+
+func (e *noRetry) Error() string { return e.err.Error() }
+
+func (e *noRetry) Unwrap() []error { return []error{e.err, ErrNoRetry} }
