@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
@@ -129,25 +130,32 @@ type Store interface {
 	// Schedules
 
 	// UpsertSchedule creates a schedule, or replaces one of the same name
-	// when replace is set (ErrDuplicate otherwise).
+	// when replace is set (ErrDuplicate otherwise). A replacement keeps the
+	// creation and last fire times, and the next fire time too while the
+	// spec and time zone are unchanged.
 	UpsertSchedule(ctx context.Context, s Schedule, replace bool) (Schedule, error)
 	GetSchedule(ctx context.Context, name string) (Schedule, error)
 	ListSchedules(ctx context.Context) ([]Schedule, error)
 	DeleteSchedule(ctx context.Context, name string) error
-	// SetScheduleEnabled pauses or resumes a schedule.
-	SetScheduleEnabled(ctx context.Context, name string, enabled bool) (Schedule, error)
+	// SetScheduleEnabled pauses or resumes a schedule. Resuming a paused
+	// schedule moves its next fire time up to resumeAt (when not zero), so
+	// that the ticks of the pause are not fired as missed ones.
+	SetScheduleEnabled(ctx context.Context, name string, enabled bool, resumeAt time.Time) (Schedule, error)
 	// DueSchedules lists enabled schedules in the given buckets whose next
 	// fire time has passed by the database clock, earliest first.
 	DueSchedules(ctx context.Context, buckets bucket.Set, limit int) ([]Schedule, error)
-	// FireSchedule, in one transaction and only while req.Owner holds the
-	// schedule's bucket under req.Epoch (ErrFenced otherwise), creates the
-	// task for the tick req.ScheduledFor and advances the schedule's next
-	// fire time from req.ScheduledFor to req.Next by compare-and-set. A
-	// task already created for that tick (a unique violation on schedule and
-	// scheduled_for) means "already fired": fired is false and the schedule
-	// still advances. A next fire time that is no longer req.ScheduledFor is
-	// ErrConflict and creates nothing.
-	FireSchedule(ctx context.Context, req FireRequest) (t *task.Task, fired bool, err error)
+	// FireSchedules applies the holder's decisions about due schedules, in
+	// one transaction. Each request moves a schedule's next fire time from
+	// From to Next by compare-and-set, only while owner holds the schedule's
+	// bucket under the request's Epoch, unexpired (ErrFenced otherwise); a
+	// schedule since advanced, paused or deleted is left alone (ErrConflict,
+	// ErrNotFound). A request with Fire set also creates the task of the
+	// tick ScheduledFor. A task already created for that tick (the unique
+	// schedule and scheduled_for), or an unfinished task holding the same
+	// unique key, means "already fired": Fired is false and the schedule
+	// still advances. Requests fail one by one, in their FireResult; the
+	// error is for the batch as a whole (invalid requests, the database).
+	FireSchedules(ctx context.Context, owner string, reqs []FireRequest) ([]FireResult, error)
 }
 
 // Notifier is implemented by stores that can push events (PostgreSQL's
@@ -427,13 +435,60 @@ type Schedule struct {
 	UpdatedAt   time.Time
 }
 
-// FireRequest fires one tick of a schedule.
+// FireRequest is the holder's decision about one due schedule: fire the
+// tick ScheduledFor (when Fire is set) and advance the schedule from From to
+// Next. Ticks between From and Next other than ScheduledFor are skipped.
 type FireRequest struct {
-	Owner        string
-	Node         string
-	Name         string
-	Epoch        int64 // the epoch under which Owner holds the schedule's bucket
+	Name  string
+	Epoch int64 // the epoch under which the owner holds the schedule's bucket
+	// From is the next fire time the decision was made from: the schedule
+	// advances only if it still has it. Zero means ScheduledFor.
+	From         time.Time
+	Fire         bool
 	ScheduledFor time.Time
 	Next         time.Time
 	Task         NewTask // Schedule and ScheduledFor are filled in by the store
+}
+
+// FireResult is the outcome of one FireRequest.
+type FireResult struct {
+	// Fired reports that a task was created for the tick; Task is that
+	// task. A tick fired before (or whose unique key was busy) advances
+	// with Fired false and Task nil.
+	Fired bool
+	Task  *task.Task
+	// Err is nil when the schedule advanced; otherwise it matches
+	// ErrFenced, ErrConflict or ErrNotFound, and nothing was written for
+	// this request.
+	Err error
+}
+
+// CheckFireRequests refuses a batch no store could apply: a request that
+// does not move its schedule forward, a firing without a tick, a name twice.
+// It fills in a zero From with ScheduledFor. Stores call it before any write.
+func CheckFireRequests(reqs []FireRequest) error {
+	seen := make(map[string]bool, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		if r.From.IsZero() {
+			r.From = r.ScheduledFor
+		}
+		switch {
+		case r.Name == "":
+			return fmt.Errorf("fire request %d: no schedule name: %w", i, ErrInvalid)
+		case seen[r.Name]:
+			return fmt.Errorf("fire request %d: schedule %s appears twice in one batch: %w", i, r.Name, ErrInvalid)
+		case r.From.IsZero():
+			return fmt.Errorf("schedule %s: no next fire time to advance from: %w", r.Name, ErrInvalid)
+		case r.Fire && r.ScheduledFor.IsZero():
+			return fmt.Errorf("schedule %s: a firing without a tick: %w", r.Name, ErrInvalid)
+		case !r.Next.After(r.From) || (r.Fire && !r.Next.After(r.ScheduledFor)):
+			// A schedule that does not move forward would fire the same
+			// tick for ever.
+			return fmt.Errorf("schedule %s: next fire time %s is not after %s: %w", r.Name,
+				r.Next.UTC().Format(time.RFC3339Nano), r.From.UTC().Format(time.RFC3339Nano), ErrInvalid)
+		}
+		seen[r.Name] = true
+	}
+	return nil
 }

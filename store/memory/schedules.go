@@ -76,6 +76,11 @@ func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, replace b
 		}
 		stored.CreatedAt = prev.CreatedAt
 		stored.LastFireAt = prev.LastFireAt
+		if prev.Spec == sc.Spec && prev.Timezone == sc.Timezone {
+			// Declared again with the same timing (every node start does
+			// this): the tick about to fire must not move.
+			stored.NextFireAt = prev.NextFireAt
+		}
 	}
 	db.schedules[sc.Name] = &stored
 	return scheduleView(&stored), nil
@@ -126,8 +131,9 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 	return nil
 }
 
-// SetScheduleEnabled pauses or resumes a schedule.
-func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled bool) (store.Schedule, error) {
+// SetScheduleEnabled pauses or resumes a schedule; resuming moves its next
+// fire time up to resumeAt, so the pause's ticks are not fired as missed.
+func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled bool, resumeAt time.Time) (store.Schedule, error) {
 	db, err := s.begin(ctx)
 	if err != nil {
 		return store.Schedule{}, err
@@ -137,10 +143,11 @@ func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled boo
 	if sc == nil {
 		return store.Schedule{}, scheduleNotFound(name)
 	}
-	if sc.Enabled != enabled {
-		sc.Enabled = enabled
-		sc.UpdatedAt = db.now()
+	if enabled && !sc.Enabled && !resumeAt.IsZero() && dbTime(resumeAt).After(sc.NextFireAt) {
+		sc.NextFireAt = dbTime(resumeAt)
 	}
+	sc.Enabled = enabled
+	sc.UpdatedAt = db.now()
 	return scheduleView(sc), nil
 }
 
@@ -173,66 +180,77 @@ func (s *Store) DueSchedules(ctx context.Context, buckets bucket.Set, limit int)
 	return out, nil
 }
 
-// FireSchedule creates the task of one tick and advances the schedule, in
-// one step, while req.Owner holds the schedule's bucket under req.Epoch.
-func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (*task.Task, bool, error) {
-	scheduledFor, next := dbTime(req.ScheduledFor), dbTime(req.Next)
-	if !next.After(scheduledFor) {
-		// A schedule that does not move forward would fire the same tick
-		// for ever.
-		return nil, false, fmt.Errorf("%w: schedule %q: next fire time %s is not after the tick %s",
-			store.ErrInvalid, req.Name, next.Format(time.RFC3339Nano), scheduledFor.Format(time.RFC3339Nano))
+// FireSchedules applies a holder's decisions about its due schedules, all
+// in one step.
+func (s *Store) FireSchedules(ctx context.Context, owner string, reqs []store.FireRequest) ([]store.FireResult, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("fire schedules: no owner: %w", store.ErrInvalid)
+	}
+	if err := store.CheckFireRequests(reqs); err != nil {
+		return nil, err
 	}
 	db, err := s.begin(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer db.mu.Unlock()
-
-	sc := db.schedules[req.Name]
-	if sc == nil {
-		return nil, false, scheduleNotFound(req.Name)
+	// Validate every task first, so a bad one writes nothing.
+	for _, r := range reqs {
+		if !r.Fire {
+			continue
+		}
+		if err := db.checkNewTask(firedTask(r)); err != nil {
+			return nil, fmt.Errorf("fire schedules: schedule %q: %w", r.Name, err)
+		}
 	}
 	now := db.now()
-	if !db.leases[sc.Bucket].liveFor(req.Owner, req.Epoch, now) {
-		return nil, false, fmt.Errorf("schedule %q: %s does not hold bucket %d under epoch %d: %w",
-			req.Name, req.Owner, sc.Bucket, req.Epoch, store.ErrFenced)
+	out := make([]store.FireResult, len(reqs))
+	for i, r := range reqs {
+		out[i] = db.fire(owner, r, now)
 	}
-	if !sc.NextFireAt.Equal(scheduledFor) {
-		return nil, false, fmt.Errorf("schedule %q: next fire time is %s, not %s: %w", req.Name,
-			sc.NextFireAt.Format(time.RFC3339Nano), scheduledFor.Format(time.RFC3339Nano), store.ErrConflict)
+	return out, nil
+}
+
+// firedTask is the task of r's tick.
+func firedTask(r store.FireRequest) store.NewTask {
+	nt := r.Task
+	nt.Schedule, nt.ScheduledFor, nt.Pending = r.Name, dbTime(r.ScheduledFor), false
+	return nt
+}
+
+func (db *database) fire(owner string, r store.FireRequest, now time.Time) store.FireResult {
+	sc := db.schedules[r.Name]
+	if sc == nil {
+		return store.FireResult{Err: scheduleNotFound(r.Name)}
+	}
+	if !db.leases[sc.Bucket].liveFor(owner, r.Epoch, now) {
+		return store.FireResult{Err: fmt.Errorf("schedule %q: %s does not hold bucket %d under epoch %d: %w",
+			r.Name, owner, sc.Bucket, r.Epoch, store.ErrFenced)}
 	}
 	if !sc.Enabled {
-		// Paused between the read that found it due and this write: the
-		// row changed since it was read.
-		return nil, false, fmt.Errorf("schedule %q was paused: %w", req.Name, store.ErrConflict)
+		return store.FireResult{Err: fmt.Errorf("schedule %q is paused: %w", r.Name, store.ErrConflict)}
 	}
-
-	nt := req.Task
-	nt.Schedule, nt.ScheduledFor = sc.Name, scheduledFor
-	var (
-		rec   *taskRecord
-		fired bool
-	)
-	if id, done := db.fired[fireKey{sc.Name, scheduledFor}]; done {
-		// Another holder (an earlier epoch, or a retry of this call) fired
-		// the tick already.
-		rec = db.task(id)
-	} else if id, busy := db.uniqueKeys[nt.UniqueKey]; nt.UniqueKey != "" && busy {
-		// The previous run still holds the unique key: this tick is skipped,
-		// as a unique key means "never two at once".
-		rec = db.task(id)
-	} else {
-		if err := db.checkNewTask(nt); err != nil {
-			return nil, false, fmt.Errorf("schedule %q: %w", sc.Name, err)
-		}
-		rec, fired = db.insertTask(nt, now), true
-		if rec.Status == task.Queued {
-			db.announceTasks(rec.Bucket)
-		}
+	if from := dbTime(r.From); !sc.NextFireAt.Equal(from) {
+		return store.FireResult{Err: fmt.Errorf("schedule %q: its next fire time is %s, no longer %s: %w", r.Name,
+			sc.NextFireAt.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano), store.ErrConflict)}
 	}
-	sc.NextFireAt = next
-	sc.LastFireAt = scheduledFor
+	var res store.FireResult
+	if r.Fire {
+		nt := firedTask(r)
+		_, done := db.fired[fireKey{sc.Name, nt.ScheduledFor}]
+		_, busy := db.uniqueKeys[nt.UniqueKey]
+		// A tick fired before (by an earlier epoch, or a retried call), or
+		// whose unique key the previous run still holds, is passed over.
+		if !done && !(nt.UniqueKey != "" && busy) {
+			rec := db.insertTask(nt, now)
+			if rec.Status == task.Queued {
+				db.announceTasks(rec.Bucket)
+			}
+			res.Fired, res.Task = true, rec.snapshot()
+		}
+		sc.LastFireAt = nt.ScheduledFor
+	}
+	sc.NextFireAt = dbTime(r.Next)
 	sc.UpdatedAt = now
-	return rec.snapshot(), fired, nil
+	return res
 }

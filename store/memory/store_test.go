@@ -409,50 +409,6 @@ func TestAPendingStopEndsAPausingTaskStopped(t *testing.T) {
 	}
 }
 
-func TestFiringAPausedOrBusySchedule(t *testing.T) {
-	f := newFixture(t)
-	tick := f.clock.Now()
-	newSchedule := func(name string) {
-		t.Helper()
-		if _, err := f.s.UpsertSchedule(f.ctx, store.Schedule{Name: name, Spec: "@every 1m", Kind: "noop", Bucket: 1,
-			Enabled: true, NextFireAt: tick}, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	held := f.hold("a", 1)
-	fire := func(name string, unique string) (*task.Task, bool, error) {
-		return f.s.FireSchedule(f.ctx, store.FireRequest{Owner: "a", Name: name, Epoch: held[0].Epoch,
-			ScheduledFor: tick, Next: tick.Add(time.Minute),
-			Task: store.NewTask{Kind: "noop", Bucket: 1, UniqueKey: unique}})
-	}
-
-	newSchedule("paused")
-	if _, err := f.s.SetScheduleEnabled(f.ctx, "paused", false); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := fire("paused", ""); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("firing a paused schedule: %v, want store.ErrConflict", err)
-	}
-
-	// The previous run still holds the unique key: the tick is skipped and
-	// the schedule moves on.
-	previous := f.create(store.NewTask{Bucket: 1, UniqueKey: "report"})[0]
-	newSchedule("busy")
-	got, fired, err := fire("busy", "report")
-	if err != nil || fired || got.ID != previous.ID {
-		t.Fatalf("firing while the unique key is busy: %+v fired=%v err=%v", got, fired, err)
-	}
-	if sc, _ := f.s.GetSchedule(f.ctx, "busy"); !sc.NextFireAt.Equal(tick.Add(time.Minute)) {
-		t.Errorf("the busy schedule did not advance: %v", sc.NextFireAt)
-	}
-
-	newSchedule("stuck")
-	if _, _, err := f.s.FireSchedule(f.ctx, store.FireRequest{Owner: "a", Name: "stuck", Epoch: held[0].Epoch,
-		ScheduledFor: tick, Next: tick, Task: store.NewTask{Kind: "noop", Bucket: 1}}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("a next fire time that does not move on: %v, want store.ErrInvalid", err)
-	}
-}
-
 func TestHooksRefuseWhatDoesNotExist(t *testing.T) {
 	f := newFixture(t)
 	queued := f.create(store.NewTask{Bucket: 1})[0]

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/task"
 )
 
 const scheduleColumns = `name, spec, timezone, catch_up, kind, key, bucket, payload, priority, max_attempts,
@@ -25,13 +23,17 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14,
         statement_timestamp(), statement_timestamp())`
 
 // upsertScheduleSQL replaces a schedule of the same name but keeps its
-// creation time and its last firing.
+// creation time and its last firing, and its next fire time while its
+// timing is unchanged: a definition declared again at every node start must
+// not move, and so skip, the tick the holder is about to fire.
 const upsertScheduleSQL = insertScheduleSQL + `
 ON CONFLICT (name) DO UPDATE SET
     spec = excluded.spec, timezone = excluded.timezone, catch_up = excluded.catch_up, kind = excluded.kind,
     key = excluded.key, bucket = excluded.bucket, payload = excluded.payload, priority = excluded.priority,
     max_attempts = excluded.max_attempts, timeout_ms = excluded.timeout_ms, enabled = excluded.enabled,
-    next_fire_at = excluded.next_fire_at, updated_at = excluded.updated_at`
+    next_fire_at = CASE WHEN flotilla_schedules.spec = excluded.spec AND flotilla_schedules.timezone = excluded.timezone
+                        THEN flotilla_schedules.next_fire_at ELSE excluded.next_fire_at END,
+    updated_at = excluded.updated_at`
 
 // UpsertSchedule creates a schedule, or replaces one of the same name when
 // replace is set (store.ErrDuplicate otherwise).
@@ -124,13 +126,18 @@ func (s *Store) DeleteSchedule(ctx context.Context, name string) error {
 }
 
 const setScheduleEnabledSQL = `
-UPDATE flotilla_schedules SET enabled = $2, updated_at = statement_timestamp()
+UPDATE flotilla_schedules
+SET enabled = $2, updated_at = statement_timestamp(),
+    next_fire_at = CASE WHEN $2 AND NOT enabled AND $3::timestamptz IS NOT NULL
+                        THEN greatest(next_fire_at, $3) ELSE next_fire_at END
 WHERE name = $1
 RETURNING ` + scheduleColumns
 
-// SetScheduleEnabled pauses or resumes a schedule.
-func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled bool) (store.Schedule, error) {
-	sc, err := scanSchedule(s.pool.QueryRow(ctx, setScheduleEnabledSQL, name, enabled))
+// SetScheduleEnabled pauses or resumes a schedule; a resumed schedule's next
+// fire time moves up to resumeAt, when given, so the ticks of the pause are
+// not fired as missed ones.
+func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled bool, resumeAt time.Time) (store.Schedule, error) {
+	sc, err := scanSchedule(s.pool.QueryRow(ctx, setScheduleEnabledSQL, name, enabled, optTimestamp(resumeAt)))
 	if err != nil {
 		return store.Schedule{}, wrap(err, "schedule %s", name)
 	}
@@ -196,102 +203,132 @@ func scanSchedule(row pgx.Row) (store.Schedule, error) {
 	return sc, nil
 }
 
-// checkScheduleLeaseSQL finds the schedule and says whether req's owner
-// holds its bucket, unexpired, under req's epoch. FOR SHARE on the lease row
-// keeps the lease from changing hands until the firing commits.
-const checkScheduleLeaseSQL = `
-SELECT s.bucket, EXISTS (
-    SELECT 1 FROM flotilla_bucket_leases l
-    WHERE l.bucket = s.bucket AND l.owner = $2 AND l.epoch = $3 AND l.expires_at > statement_timestamp()
-    FOR SHARE)
-FROM flotilla_schedules s
-WHERE s.name = $1`
+// fireSchedulesSQL advances, by compare-and-set, every requested schedule
+// whose bucket the owner holds, unexpired, under the request's epoch, and
+// reports each request's fate. FOR SHARE on the lease rows keeps them from
+// changing hands until the firing commits. The final SELECT reads the
+// schedules as they were before the UPDATE (a data-modifying WITH is not
+// visible to its own statement), which is what explains a refusal.
+const fireSchedulesSQL = `
+WITH held AS (
+    SELECT bucket, epoch FROM flotilla_bucket_leases
+    WHERE owner = $1 AND expires_at > statement_timestamp()
+    FOR SHARE
+), req AS (
+    SELECT * FROM unnest($2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[])
+        AS r(name, epoch, from_at, next_at, scheduled_for)
+), moved AS (
+    UPDATE flotilla_schedules s
+    SET next_fire_at = req.next_at, last_fire_at = coalesce(req.scheduled_for, s.last_fire_at),
+        updated_at = statement_timestamp()
+    FROM req, held
+    WHERE s.name = req.name AND s.enabled AND s.next_fire_at = req.from_at
+      AND held.bucket = s.bucket AND held.epoch = req.epoch
+    RETURNING s.name
+)
+SELECT req.name, moved.name IS NOT NULL, s.name IS NOT NULL, coalesce(s.bucket, -1),
+       held.epoch IS NOT NULL, coalesce(s.enabled, false), s.next_fire_at
+FROM req
+LEFT JOIN moved ON moved.name = req.name
+LEFT JOIN flotilla_schedules s ON s.name = req.name
+LEFT JOIN held ON held.bucket = s.bucket AND held.epoch = req.epoch`
 
-// advanceScheduleSQL moves the schedule on by compare-and-set: a schedule
-// that was advanced, or paused, since the caller read it is left alone.
-const advanceScheduleSQL = `
-UPDATE flotilla_schedules SET next_fire_at = $3, last_fire_at = $2, updated_at = statement_timestamp()
-WHERE name = $1 AND next_fire_at = $2 AND enabled`
+// FireSchedules applies a holder's decisions about its due schedules in one
+// transaction of two statements: the first advances every schedule it may,
+// the second creates the tasks of the ticks fired. A tick whose task exists
+// already (the unique schedule/scheduled_for index), or whose unique key an
+// unfinished task holds, is skipped by the insert and reported not fired.
+func (s *Store) FireSchedules(ctx context.Context, owner string, reqs []store.FireRequest) ([]store.FireResult, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("fire schedules: no owner: %w", store.ErrInvalid)
+	}
+	if err := store.CheckFireRequests(reqs); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	names, epochs := make([]string, len(reqs)), make([]int64, len(reqs))
+	froms, nexts := make([]time.Time, len(reqs)), make([]time.Time, len(reqs))
+	ticks := make([]pgtype.Timestamptz, len(reqs))
+	index := make(map[string]int, len(reqs))
+	var fired []store.NewTask
+	for i, r := range reqs {
+		names[i], epochs[i], froms[i], nexts[i] = r.Name, r.Epoch, r.From, r.Next
+		ticks[i] = pgtype.Timestamptz{Time: r.ScheduledFor, Valid: r.Fire}
+		index[r.Name] = i
+		if r.Fire {
+			nt := r.Task
+			nt.Schedule, nt.ScheduledFor, nt.Pending = r.Name, r.ScheduledFor, false
+			fired = append(fired, nt)
+		}
+	}
+	if err := s.validate(ctx, fired); err != nil {
+		return nil, fmt.Errorf("fire schedules: %w", err)
+	}
 
-// firedTaskSQL finds the task that kept a tick from creating its own: the
-// tick's, or the unfinished task holding its unique key.
-var firedTaskSQL = `
-(SELECT ` + taskColumns + ` FROM flotilla_tasks WHERE schedule = $1 AND scheduled_for = $2)
-UNION ALL
-(SELECT ` + taskColumns + ` FROM flotilla_tasks
- WHERE $3 <> '' AND unique_key = $3 AND status NOT IN ` + terminalStatusesSQL + `)
-LIMIT 1`
-
-// FireSchedule creates the task of one tick and advances the schedule, in
-// one transaction, while req.Owner holds the schedule's bucket under
-// req.Epoch.
-//
-// A tick whose task already exists (the unique schedule/scheduled_for index)
-// is "already fired": fired is false, the task returned is that one, and the
-// schedule advances all the same. So is a tick whose task would collide with
-// an unfinished task of the same unique key, which is returned: a periodic
-// task that is still running is not queued a second time.
-func (s *Store) FireSchedule(ctx context.Context, req store.FireRequest) (*task.Task, bool, error) {
-	nt := req.Task
-	nt.Schedule, nt.ScheduledFor, nt.Pending = req.Name, req.ScheduledFor, false
-	if req.ScheduledFor.IsZero() {
-		return nil, false, fmt.Errorf("fire schedule %s: no tick: %w", req.Name, store.ErrInvalid)
-	}
-	if !req.Next.After(req.ScheduledFor) {
-		// A schedule that does not move forward would fire the same tick
-		// for ever.
-		return nil, false, fmt.Errorf("fire schedule %s: next fire time %s is not after the tick %s: %w", req.Name,
-			req.Next.UTC().Format(time.RFC3339Nano), req.ScheduledFor.UTC().Format(time.RFC3339Nano), store.ErrInvalid)
-	}
-	if err := s.validate(ctx, []store.NewTask{nt}); err != nil {
-		return nil, false, fmt.Errorf("fire schedule %s: %w", req.Name, err)
-	}
-	var (
-		fired *task.Task
-		ok    bool
-	)
+	var results []store.FireResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			b    int32
-			held bool
-		)
-		if err := tx.QueryRow(ctx, checkScheduleLeaseSQL, req.Name, req.Owner, req.Epoch).Scan(&b, &held); err != nil {
-			return wrap(err, "fire schedule %s", req.Name)
-		}
-		if !held {
-			return fmt.Errorf("fire schedule %s: %s does not hold bucket %d under epoch %d: %w",
-				req.Name, req.Owner, b, req.Epoch, store.ErrFenced)
-		}
-		tag, err := tx.Exec(ctx, advanceScheduleSQL, req.Name, req.ScheduledFor, req.Next)
+		results = make([]store.FireResult, len(reqs)) // a retried function starts afresh
+		rows, err := tx.Query(ctx, fireSchedulesSQL, owner, names, epochs, froms, nexts, ticks)
 		if err != nil {
-			return wrap(err, "advance schedule %s", req.Name)
+			return wrap(err, "fire schedules")
 		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("fire schedule %s: it was paused, or its next fire time is no longer %s: %w",
-				req.Name, req.ScheduledFor.UTC().Format(time.RFC3339Nano), store.ErrConflict)
+		moved := make(map[string]bool, len(reqs))
+		for rows.Next() {
+			var (
+				name                      string
+				ok, exists, held, enabled bool
+				b                         int32
+				next                      pgtype.Timestamptz
+			)
+			if err := rows.Scan(&name, &ok, &exists, &b, &held, &enabled, &next); err != nil {
+				rows.Close()
+				return wrap(err, "fire schedules")
+			}
+			r := reqs[index[name]]
+			switch {
+			case ok:
+				moved[name] = true
+			case !exists:
+				results[index[name]].Err = fmt.Errorf("schedule %s: %w", name, store.ErrNotFound)
+			case !held:
+				results[index[name]].Err = fmt.Errorf("schedule %s: %s does not hold bucket %d under epoch %d: %w",
+					name, owner, b, r.Epoch, store.ErrFenced)
+			case !enabled:
+				results[index[name]].Err = fmt.Errorf("schedule %s is paused: %w", name, store.ErrConflict)
+			default:
+				results[index[name]].Err = fmt.Errorf("schedule %s: its next fire time is %s, no longer %s: %w", name,
+					next.Time.UTC().Format(time.RFC3339Nano), r.From.UTC().Format(time.RFC3339Nano), store.ErrConflict)
+			}
 		}
-		rows, err := tx.Query(ctx, insertTasksSkipConflictSQL, newTaskBatch([]store.NewTask{nt}).args()...)
+		if err := rows.Err(); err != nil {
+			return wrap(err, "fire schedules")
+		}
+		var create []store.NewTask
+		for _, nt := range fired {
+			if moved[nt.Schedule] {
+				create = append(create, nt)
+			}
+		}
+		if len(create) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, insertTasksSkipConflictSQL, newTaskBatch(create).args()...)
 		if err != nil {
-			return createError(err, 1)
+			return createError(err, len(create))
 		}
 		created, err := scanTasks(rows)
 		if err != nil {
-			return createError(err, 1)
+			return createError(err, len(create))
 		}
-		if len(created) == 1 {
-			fired, ok = created[0], true
-			return nil
+		for _, t := range created {
+			results[index[t.Schedule]].Fired, results[index[t.Schedule]].Task = true, t
 		}
-		fired, err = scanTask(tx.QueryRow(ctx, firedTaskSQL, req.Name, req.ScheduledFor, nt.UniqueKey))
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The unique key's holder finished in between (or the tick's
-			// task was pruned): nothing to show, and the tick is passed.
-			return nil
-		}
-		return wrap(err, "fire schedule %s", req.Name)
+		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return fired, ok, nil
+	return results, nil
 }

@@ -44,7 +44,7 @@ func testSchedules(t *testing.T, h Harness) {
 		if len(list) != 1 {
 			t.Errorf("%d schedules after replace", len(list))
 		}
-		paused, err := b.s.SetScheduleEnabled(b.ctx, "nightly", false)
+		paused, err := b.s.SetScheduleEnabled(b.ctx, "nightly", false, time.Time{})
 		if err != nil || paused.Enabled {
 			t.Errorf("pause: %+v %v", paused, err)
 		}
@@ -57,7 +57,7 @@ func testSchedules(t *testing.T, h Harness) {
 		if err := b.s.DeleteSchedule(b.ctx, "nightly"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("delete twice: %v", err)
 		}
-		if _, err := b.s.SetScheduleEnabled(b.ctx, "nope", true); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "nope", true, time.Time{}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("enable a missing schedule: %v", err)
 		}
 	})
@@ -69,7 +69,7 @@ func testSchedules(t *testing.T, h Harness) {
 		newSchedule(b, "due-2", 2, now.Add(-2*time.Minute))
 		newSchedule(b, "later", 1, now.Add(time.Hour))
 		newSchedule(b, "off", 1, now.Add(-time.Minute))
-		if _, err := b.s.SetScheduleEnabled(b.ctx, "off", false); err != nil {
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "off", false, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		due, err := b.s.DueSchedules(b.ctx, bucket.Of(1, 2), 10)
@@ -84,21 +84,81 @@ func testSchedules(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ReplaceKeepsTheNextTickWhileTheTimingIsUnchanged", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		tick := now.Add(time.Minute).Truncate(time.Second)
+		newSchedule(b, "s", 1, tick)
+		again := store.Schedule{Name: "s", Spec: "@every 1m", Kind: "other", Bucket: 1, Enabled: true,
+			NextFireAt: tick.Add(time.Minute)}
+		got, err := b.s.UpsertSchedule(b.ctx, again, true)
+		if err != nil || !got.NextFireAt.Equal(tick) || got.Kind != "other" {
+			t.Errorf("declared again with the same spec: next %v kind %q err %v, want next %v kind other",
+				got.NextFireAt, got.Kind, err, tick)
+		}
+		again.Spec = "@every 2m"
+		got, err = b.s.UpsertSchedule(b.ctx, again, true)
+		if err != nil || !got.NextFireAt.Equal(tick.Add(time.Minute)) {
+			t.Errorf("declared with a new spec: next %v err %v, want %v", got.NextFireAt, err, tick.Add(time.Minute))
+		}
+	})
+
+	t.Run("ResumeSkipsTheTicksOfThePause", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		past := now.Add(-time.Hour).Truncate(time.Second)
+		newSchedule(b, "s", 1, past)
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "s", false, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		resumeAt := now.Add(time.Minute).Truncate(time.Second)
+		got, err := b.s.SetScheduleEnabled(b.ctx, "s", true, resumeAt)
+		if err != nil || !got.Enabled || !got.NextFireAt.Equal(resumeAt) {
+			t.Errorf("resumed: %+v %v, want enabled with next %v", got, err, resumeAt)
+		}
+		// Resuming what is not paused moves nothing.
+		got, _ = b.s.SetScheduleEnabled(b.ctx, "s", true, resumeAt.Add(time.Hour))
+		if !got.NextFireAt.Equal(resumeAt) {
+			t.Errorf("resuming a running schedule moved it to %v", got.NextFireAt)
+		}
+	})
+
+	// fire applies one request and returns its result.
+	fire := func(b *testBundle, owner string, req store.FireRequest) store.FireResult {
+		b.t.Helper()
+		out, err := b.s.FireSchedules(b.ctx, owner, []store.FireRequest{req})
+		if err != nil {
+			b.t.Fatalf("FireSchedules(%s): %v", req.Name, err)
+		}
+		if len(out) != 1 {
+			b.t.Fatalf("FireSchedules(%s): %d results for one request", req.Name, len(out))
+		}
+		return out[0]
+	}
+	tasksOf := func(b *testBundle, name string) []*task.Task {
+		b.t.Helper()
+		list, err := b.s.ListTasks(b.ctx, store.TaskFilter{Schedule: name})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		return list
+	}
+
 	t.Run("FireOncePerTick", func(t *testing.T) {
 		b := setup(t, h)
 		now, _ := b.s.Now(b.ctx)
 		tick := now.Add(-time.Second).Truncate(time.Second)
 		newSchedule(b, "every-minute", 1, tick)
 		held := b.hold("a", 1)
-		req := store.FireRequest{Owner: "a", Node: "node-a", Name: "every-minute", Epoch: held[0].Epoch,
+		req := store.FireRequest{Name: "every-minute", Epoch: held[0].Epoch, Fire: true,
 			ScheduledFor: tick, Next: tick.Add(time.Minute),
 			Task: store.NewTask{Kind: "report", Key: "every-minute", Bucket: 1, Priority: 2, MaxAttempts: 4}}
-		fired, ok, err := b.s.FireSchedule(b.ctx, req)
-		if err != nil || !ok {
-			t.Fatalf("first firing: %v %v", ok, err)
+		res := fire(b, "a", req)
+		if res.Err != nil || !res.Fired {
+			t.Fatalf("first firing: %+v", res)
 		}
-		if fired.Schedule != "every-minute" || !fired.ScheduledFor.Equal(tick) || fired.Status != task.Queued || fired.Priority != 2 {
-			t.Errorf("fired task %+v", fired)
+		if f := res.Task; f.Schedule != "every-minute" || !f.ScheduledFor.Equal(tick) || f.Status != task.Queued || f.Priority != 2 {
+			t.Errorf("fired task %+v", f)
 		}
 		s, _ := b.s.GetSchedule(b.ctx, "every-minute")
 		if !s.NextFireAt.Equal(tick.Add(time.Minute)) || !s.LastFireAt.Equal(tick) {
@@ -106,11 +166,10 @@ func testSchedules(t *testing.T, h Harness) {
 		}
 		// The same tick again: the schedule has moved on, so it is a conflict
 		// and creates nothing.
-		if _, _, err := b.s.FireSchedule(b.ctx, req); !errors.Is(err, store.ErrConflict) {
-			t.Errorf("firing a tick the schedule has passed: %v, want store.ErrConflict", err)
+		if res := fire(b, "a", req); !errors.Is(res.Err, store.ErrConflict) || res.Fired {
+			t.Errorf("firing a tick the schedule has passed: %+v, want store.ErrConflict", res)
 		}
-		list, _ := b.s.ListTasks(b.ctx, store.TaskFilter{Schedule: "every-minute"})
-		if len(list) != 1 {
+		if list := tasksOf(b, "every-minute"); len(list) != 1 {
 			t.Fatalf("%d tasks for one tick", len(list))
 		}
 	})
@@ -124,16 +183,141 @@ func testSchedules(t *testing.T, h Harness) {
 		newSchedule(b, "s", 1, tick)
 		b.create(store.NewTask{Kind: "report", Key: "s", Bucket: 1, Schedule: "s", ScheduledFor: tick})
 		held := b.hold("a", 1)
-		_, ok, err := b.s.FireSchedule(b.ctx, store.FireRequest{Owner: "a", Name: "s", Epoch: held[0].Epoch,
+		res := fire(b, "a", store.FireRequest{Name: "s", Epoch: held[0].Epoch, Fire: true,
 			ScheduledFor: tick, Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Key: "s", Bucket: 1}})
-		if err != nil || ok {
-			t.Fatalf("firing an already-fired tick: fired=%v err=%v, want not fired and no error", ok, err)
+		if res.Err != nil || res.Fired {
+			t.Fatalf("firing an already-fired tick: %+v, want not fired and no error", res)
 		}
-		if list, _ := b.s.ListTasks(b.ctx, store.TaskFilter{Schedule: "s"}); len(list) != 1 {
+		if list := tasksOf(b, "s"); len(list) != 1 {
 			t.Errorf("%d tasks for one tick", len(list))
 		}
 		if s, _ := b.s.GetSchedule(b.ctx, "s"); !s.NextFireAt.Equal(tick.Add(time.Minute)) {
 			t.Errorf("schedule did not advance: next %v", s.NextFireAt)
+		}
+	})
+
+	t.Run("ABusyUniqueKeyPassesTheTick", func(t *testing.T) {
+		// The previous run still holds the unique key: the tick is passed
+		// over and the schedule moves on.
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		tick := now.Add(-time.Second).Truncate(time.Second)
+		b.create(store.NewTask{Bucket: 1, UniqueKey: "report"})
+		newSchedule(b, "busy", 1, tick)
+		held := b.hold("a", 1)
+		res := fire(b, "a", store.FireRequest{Name: "busy", Epoch: held[0].Epoch, Fire: true, ScheduledFor: tick,
+			Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "noop", Bucket: 1, UniqueKey: "report"}})
+		if res.Err != nil || res.Fired {
+			t.Fatalf("firing while the unique key is busy: %+v", res)
+		}
+		if sc, _ := b.s.GetSchedule(b.ctx, "busy"); !sc.NextFireAt.Equal(tick.Add(time.Minute)) {
+			t.Errorf("the busy schedule did not advance: %v", sc.NextFireAt)
+		}
+	})
+
+	t.Run("AdvanceWithoutFiring", func(t *testing.T) {
+		// Missed ticks under the skip policy: the schedule jumps ahead and
+		// nothing is created.
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		stale := now.Add(-time.Hour).Truncate(time.Minute)
+		newSchedule(b, "s", 1, stale)
+		held := b.hold("a", 1)
+		next := now.Add(time.Minute).Truncate(time.Minute)
+		if res := fire(b, "a", store.FireRequest{Name: "s", Epoch: held[0].Epoch, From: stale, Next: next}); res.Err != nil || res.Fired {
+			t.Fatalf("advance only: %+v", res)
+		}
+		s, _ := b.s.GetSchedule(b.ctx, "s")
+		if !s.NextFireAt.Equal(next) || !s.LastFireAt.IsZero() {
+			t.Errorf("after skipping: next %v last %v, want next %v and no last firing", s.NextFireAt, s.LastFireAt, next)
+		}
+		if list := tasksOf(b, "s"); len(list) != 0 {
+			t.Errorf("skipping created %d tasks", len(list))
+		}
+	})
+
+	t.Run("CatchUpFiresALaterTickFromTheStoredOne", func(t *testing.T) {
+		// The latest policy: the compare-and-set is on the stored next fire
+		// time, the task is for the most recent missed tick.
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		stale := now.Add(-time.Hour).Truncate(time.Minute)
+		latest := now.Add(-time.Minute).Truncate(time.Minute)
+		newSchedule(b, "s", 1, stale)
+		held := b.hold("a", 1)
+		res := fire(b, "a", store.FireRequest{Name: "s", Epoch: held[0].Epoch, From: stale, Fire: true,
+			ScheduledFor: latest, Next: latest.Add(2 * time.Minute), Task: store.NewTask{Kind: "report", Bucket: 1}})
+		if res.Err != nil || !res.Fired || !res.Task.ScheduledFor.Equal(latest) {
+			t.Fatalf("catch-up firing: %+v, want the task of %v", res, latest)
+		}
+		if s, _ := b.s.GetSchedule(b.ctx, "s"); !s.LastFireAt.Equal(latest) {
+			t.Errorf("last fire %v, want %v", s.LastFireAt, latest)
+		}
+	})
+
+	t.Run("ABatchFailsRequestByRequest", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		tick := now.Add(-time.Second).Truncate(time.Second)
+		for _, name := range []string{"ok", "stale", "paused"} {
+			newSchedule(b, name, 1, tick)
+		}
+		newSchedule(b, "foreign", 2, tick)
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "paused", false, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		held := b.hold("a", 1)
+		b.hold("b", 2)
+		req := func(name string, from time.Time) store.FireRequest {
+			return store.FireRequest{Name: name, Epoch: held[0].Epoch, From: from, Fire: true, ScheduledFor: tick,
+				Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Key: name, Bucket: 1}}
+		}
+		foreign := req("foreign", tick)
+		foreign.Task.Bucket = 2
+		out, err := b.s.FireSchedules(b.ctx, "a", []store.FireRequest{
+			req("ok", tick), req("stale", tick.Add(-time.Minute)), req("paused", tick), foreign, req("gone", tick),
+		})
+		if err != nil || len(out) != 5 {
+			t.Fatalf("FireSchedules: %d results, %v", len(out), err)
+		}
+		for i, want := range []error{nil, store.ErrConflict, store.ErrConflict, store.ErrFenced, store.ErrNotFound} {
+			if !errors.Is(out[i].Err, want) || (want == nil) != out[i].Fired {
+				t.Errorf("request %d: %+v, want error %v", i, out[i], want)
+			}
+		}
+		for _, name := range []string{"stale", "paused", "foreign"} {
+			if list := tasksOf(b, name); len(list) != 0 {
+				t.Errorf("refused request %s created %d tasks", name, len(list))
+			}
+			if s, _ := b.s.GetSchedule(b.ctx, name); !s.NextFireAt.Equal(tick) {
+				t.Errorf("refused request %s moved its schedule to %v", name, s.NextFireAt)
+			}
+		}
+	})
+
+	t.Run("AnInvalidBatchWritesNothing", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		tick := now.Add(-time.Second).Truncate(time.Second)
+		newSchedule(b, "s", 1, tick)
+		held := b.hold("a", 1)
+		good := store.FireRequest{Name: "s", Epoch: held[0].Epoch, Fire: true, ScheduledFor: tick,
+			Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Bucket: 1}}
+		stuck := good
+		stuck.Next = tick
+		badTask := good
+		badTask.Task.Payload = json.RawMessage(`{nope`)
+		for name, batch := range map[string][]store.FireRequest{
+			"a next fire time that does not move on": {stuck},
+			"a schedule twice":                       {good, good},
+			"an invalid payload":                     {badTask},
+		} {
+			if _, err := b.s.FireSchedules(b.ctx, "a", batch); !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%s: %v, want store.ErrInvalid", name, err)
+			}
+		}
+		if list := tasksOf(b, "s"); len(list) != 0 {
+			t.Errorf("invalid batches created %d tasks", len(list))
 		}
 	})
 
@@ -143,22 +327,21 @@ func testSchedules(t *testing.T, h Harness) {
 		tick := now.Add(-time.Second).Truncate(time.Second)
 		newSchedule(b, "s", 1, tick)
 		held := b.hold("a", 1)
-		fire := func(owner string, epoch int64) error {
-			_, _, err := b.s.FireSchedule(b.ctx, store.FireRequest{Owner: owner, Name: "s", Epoch: epoch,
-				ScheduledFor: tick, Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Key: "s", Bucket: 1}})
-			return err
+		fireAs := func(owner string, epoch int64) error {
+			return fire(b, owner, store.FireRequest{Name: "s", Epoch: epoch, Fire: true, ScheduledFor: tick,
+				Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Key: "s", Bucket: 1}}).Err
 		}
-		if err := fire("b", held[0].Epoch); !errors.Is(err, store.ErrFenced) {
+		if err := fireAs("b", held[0].Epoch); !errors.Is(err, store.ErrFenced) {
 			t.Errorf("firing by a non-holder: %v, want store.ErrFenced", err)
 		}
-		if err := fire("a", held[0].Epoch+1); !errors.Is(err, store.ErrFenced) {
+		if err := fireAs("a", held[0].Epoch+1); !errors.Is(err, store.ErrFenced) {
 			t.Errorf("firing under a wrong epoch: %v, want store.ErrFenced", err)
 		}
 		h.ExpireBucketLease(t, b.s, 1)
-		if err := fire("a", held[0].Epoch); !errors.Is(err, store.ErrFenced) {
+		if err := fireAs("a", held[0].Epoch); !errors.Is(err, store.ErrFenced) {
 			t.Errorf("firing past the lease: %v, want store.ErrFenced", err)
 		}
-		if list, _ := b.s.ListTasks(b.ctx, store.TaskFilter{Schedule: "s"}); len(list) != 0 {
+		if list := tasksOf(b, "s"); len(list) != 0 {
 			t.Errorf("refused firings created %d tasks", len(list))
 		}
 		if s, _ := b.s.GetSchedule(b.ctx, "s"); !s.NextFireAt.Equal(tick) {
