@@ -75,6 +75,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			nodesCommand(),
 			reconcileCommand(),
 			bucketOfCommand(),
+			benchCommand(),
 		},
 	}
 	// A bad flag value is invalid input (exit 2) with a one-line message,
