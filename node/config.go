@@ -12,6 +12,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
 )
 
@@ -46,6 +47,10 @@ const (
 	// when no notification has woken it: the delay of a stop whose
 	// notification was missed.
 	DefaultCommandPoll = 1 * time.Second
+	// DefaultSchedulePoll is how often the node looks for due schedules in
+	// the buckets it holds: a tick fires at most this late, plus the
+	// firing's own time.
+	DefaultSchedulePoll = 250 * time.Millisecond
 	// DefaultStopGrace is how long a stopped handler has to return after
 	// its context is cancelled before the node abandons it.
 	DefaultStopGrace = 10 * time.Second
@@ -119,6 +124,20 @@ type Config struct {
 	// the handler abandoned: whatever it writes later is fenced.
 	StopGrace time.Duration
 
+	// Schedules are declared by the application: each is created, or its
+	// definition updated, when the node starts (a schedule an operator has
+	// paused stays paused). Whichever node holds a schedule's bucket fires
+	// it, whether or not that node declared it.
+	Schedules []schedule.Definition
+
+	// SchedulePoll is how often the node looks for due schedules in the
+	// buckets it holds (DefaultSchedulePoll). ScheduleMisfire is how late a
+	// tick may be and still fire as on time (schedule.DefaultMisfire); an
+	// older tick was missed, and its schedule's catch-up policy decides. It
+	// must exceed SchedulePoll.
+	SchedulePoll    time.Duration
+	ScheduleMisfire time.Duration
+
 	// Executor runs handlers (default GoroutineExecutor).
 	Executor Executor
 
@@ -172,6 +191,12 @@ func (c Config) withDefaults() Config {
 	if c.StopGrace == 0 {
 		c.StopGrace = DefaultStopGrace
 	}
+	if c.SchedulePoll == 0 {
+		c.SchedulePoll = DefaultSchedulePoll
+	}
+	if c.ScheduleMisfire == 0 {
+		c.ScheduleMisfire = schedule.DefaultMisfire
+	}
 	if c.Executor == nil {
 		c.Executor = GoroutineExecutor{}
 	}
@@ -202,6 +227,8 @@ func (c Config) validate() error {
 		{"BackoffMax", c.BackoffMax},
 		{"CommandPoll", c.CommandPoll},
 		{"StopGrace", c.StopGrace},
+		{"SchedulePoll", c.SchedulePoll},
+		{"ScheduleMisfire", c.ScheduleMisfire},
 	}
 	for _, p := range positive {
 		if p.value <= 0 {
@@ -224,6 +251,11 @@ func (c Config) validate() error {
 			c.BucketLeaseTTL, deadlineMargin(c.BucketLeaseTTL))
 	case c.TaskLeaseTTL/3 <= 0:
 		return fmt.Errorf("node config: TaskLeaseTTL %v is too short to renew every TTL/3", c.TaskLeaseTTL)
+	case c.checkSchedules() != nil:
+		return c.checkSchedules()
+	case c.ScheduleMisfire <= c.SchedulePoll:
+		return fmt.Errorf("node config: ScheduleMisfire %v is not above SchedulePoll %v; "+
+			"ticks fired on time would count as missed", c.ScheduleMisfire, c.SchedulePoll)
 	case c.BackoffMax < c.BackoffBase:
 		return fmt.Errorf("node config: BackoffMax %v is below BackoffBase %v", c.BackoffMax, c.BackoffBase)
 	case c.AllBuckets && !c.Buckets.Empty():
@@ -263,3 +295,20 @@ func randomHex(n int) string {
 // ValidateConfig checks a Config as New would, without a store, so that a
 // command line can refuse bad flags before it connects to anything.
 func ValidateConfig(c Config) error { return c.withDefaults().validate() }
+
+// checkSchedules refuses a declared schedule that could never be stored,
+// and a name declared twice, before the node touches the store.
+func (c Config) checkSchedules() error {
+	one, _ := bucket.NewPolicy(1) // routing is checked at Start, against the fleet
+	seen := map[string]bool{}
+	for i, d := range c.Schedules {
+		if _, err := d.Resolve(one, time.Unix(0, 0)); err != nil {
+			return fmt.Errorf("node config: Schedules[%d]: %w", i, err)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("node config: Schedules[%d]: schedule %q is declared twice", i, d.Name)
+		}
+		seen[d.Name] = true
+	}
+	return nil
+}

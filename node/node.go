@@ -121,12 +121,16 @@ type Node struct {
 	renewLoop     *loop
 	listenLoop    *loop
 	commandLoop   *loop
+	scheduleLoop  *loop
+	scheduler     *scheduler
 	completer     *completer
 	rescuer       *rescuer
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
 	claimPasses atomic.Int64
+	// schedulePasses counts finished schedule passes, for the same reason.
+	schedulePasses atomic.Int64
 
 	shutdownErr error
 }
@@ -157,6 +161,8 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		renewLoop:     newLoop("task lease renewal"),
 		listenLoop:    newLoop("notification listener"),
 		commandLoop:   newLoop("command"),
+		scheduleLoop:  newLoop("schedule"),
+		scheduler:     newScheduler(),
 		jitter:        defaultJitter,
 	}
 	n.log = cfg.Logger.With(zap.String("node", n.id))
@@ -293,6 +299,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err := declared.CheckRange(meta.NumBuckets); err != nil {
 		return fmt.Errorf("node %s: declared buckets: %w", n.id, err)
 	}
+	if err := n.declareSchedules(ctx, meta); err != nil {
+		return fmt.Errorf("node %s: %w", n.id, err)
+	}
 	kinds := n.registeredKinds()
 	if len(kinds) == 0 {
 		n.log.Warn("no kinds registered: this node will hold its buckets but run nothing")
@@ -388,6 +397,9 @@ func (n *Node) startLoops() {
 	must(n.commandLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.CommandPoll, n.commandLoop.wake, true, n.commandPass)
 	}))
+	must(n.scheduleLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.SchedulePoll, n.scheduleLoop.wake, true, n.schedulePass)
+	}))
 }
 
 // defaultJitter draws uniformly from [0, ceiling].
@@ -431,6 +443,7 @@ func (n *Node) stopRegistration(ctx context.Context) {
 // the new epoch has fenced and which are rescued at once.
 func (n *Node) bucketsAcquired([]store.HeldBucket) {
 	n.claimLoop.poke()
+	n.scheduleLoop.poke()
 	n.rescuer.loop.poke()
 }
 

@@ -51,6 +51,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	// Not waited for yet: under the inline executor the claim loop is the
 	// goroutine running a handler.
 	n.claimLoop.signalStop()
+	n.scheduleLoop.stop() // the leases go soon: their schedules are the successor's
 	n.listenLoop.stop()
 
 	expired := make(chan struct{})

@@ -59,7 +59,7 @@ type Decision struct {
 	ScheduledFor time.Time
 	// Next is the schedule's next fire time to store. When it differs from
 	// the stored one, the holder advances it by compare-and-set (through
-	// store.FireSchedule when Fire is true). It may already be due when the
+	// store.FireSchedules). It may already be due when the
 	// schedule fell behind by less than the misfire threshold; the holder
 	// then calls Decide again with it.
 	Next time.Time

@@ -6,26 +6,31 @@
 //   - parsing a schedule's expression in its time zone (Parse, ParseAnchored):
 //     5-field cron, 6-field cron with seconds, descriptors such as "@hourly",
 //     and "@every D" with D of at least one second;
+//
 //   - the ticks themselves (Spec.Next, Spec.First): "@every" ticks are
 //     anchored, anchor + k×D (the Unix epoch by default, so "@every 1m" ticks
 //     at whole minutes), and cron ticks are the expression's times in the
 //     schedule's time zone, returned in UTC;
+//
 //   - what to do with a schedule at a given moment (Decide): nothing, fire the
 //     stored tick, or apply the catch-up policy (Skip or Latest) to ticks
-//     missed by more than the misfire threshold.
+//     missed by more than the misfire threshold;
+//
+//   - a schedule as declared (Definition), checked and routed to its bucket
+//     by Definition.Resolve into the store's form.
 //
 // It does not own storage, leases or epochs. The holder of a schedule's
-// bucket reads the schedule (its stored next fire time is NextFireAt), calls
-// Decide, and, when the Decision says Fire, calls store.FireSchedule with
-// ScheduledFor and Next, which inserts the task and advances the stored next
-// fire time by compare-and-set while the holder still holds the bucket. When
-// nothing fires but Next differs from the stored time (ticks were skipped),
-// the holder advances the stored time the same way. ScheduledFor is the
-// stored next fire time except after missed ticks (Latest, or Skip firing
-// the latest tick); the compare-and-set is always against the stored next
-// fire time, which the caller passed to Decide as storedNext. A task's scheduled_for is
-// therefore always a stored tick, never a node's clock.
+// bucket (package node) reads the due schedules, calls Decide for each, and
+// applies the decisions with store.FireSchedules, which inserts the tasks
+// and advances the stored next fire times by compare-and-set while the
+// holder still holds the buckets. When nothing fires but Next differs from
+// the stored time (ticks were skipped), the holder advances the stored time
+// the same way. ScheduledFor is the stored next fire time except after
+// missed ticks (Latest, or Skip firing the latest tick); the
+// compare-and-set is always against the stored next fire time, which the
+// caller passed to Decide as storedNext. A task's scheduled_for is therefore
+// always a tick of the schedule, never a node's clock.
 //
 // The policies Skip and Latest have the same values as store.CatchUpSkip and
-// store.CatchUpLatest; this package does not import the store.
+// store.CatchUpLatest.
 package schedule
