@@ -75,6 +75,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			nodesCommand(),
 			reconcileCommand(),
 			bucketOfCommand(),
+			scheduleCommand(),
 			benchCommand(),
 		},
 	}

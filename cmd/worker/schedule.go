@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/schedule"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+func scheduleCommand() *cli.Command {
+	cmd := &cli.Command{
+		Name:  "schedule",
+		Usage: "add, list, remove, pause and resume periodic tasks",
+		Subcommands: []*cli.Command{
+			scheduleAddCommand(),
+			showCommand("list", "list the schedules, with the node that fires each", (*flotilla.Client).Schedules,
+				func(r flotilla.ScheduleReport) any { return newScheduleJSON(r) }, printSchedules),
+			scheduleActionCommand("rm", "remove a schedule; the tasks it fired stay",
+				func(c *cli.Context, client *flotilla.Client, name string) error {
+					if err := client.RemoveSchedule(c.Context, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "schedule %s removed\n", name)
+					return nil
+				}),
+			scheduleActionCommand("pause", "stop a schedule from firing",
+				func(c *cli.Context, client *flotilla.Client, name string) error {
+					return printSchedule(c, client.PauseSchedule, name)
+				}),
+			scheduleActionCommand("resume", "let a paused schedule fire again, from its next tick",
+				func(c *cli.Context, client *flotilla.Client, name string) error {
+					return printSchedule(c, client.ResumeSchedule, name)
+				}),
+		},
+	}
+	usageError := func(_ *cli.Context, err error, _ bool) error { return invalid(err) }
+	for _, sub := range cmd.Subcommands {
+		sub.OnUsageError = usageError
+	}
+	return cmd
+}
+
+func scheduleAddCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "add",
+		Usage:     "add a schedule: (--cron EXPR | --every D) --kind K NAME",
+		ArgsUsage: "NAME",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "cron", Usage: `cron expression: 5 fields, or 6 with seconds first ("*/5 * * * *", "@hourly")`},
+			&cli.DurationFlag{Name: "every", Usage: "fixed period, at least 1s; ticks fall on whole multiples since the Unix epoch"},
+			&cli.StringFlag{Name: "kind", Usage: "the kind of the task each tick fires (required)"},
+			&cli.StringFlag{Name: "key", Usage: "routes the schedule and its tasks to a bucket (default: the name)"},
+			&cli.StringFlag{Name: "payload", Usage: "JSON given to each task's handler"},
+			&cli.StringFlag{Name: "timezone", Usage: `IANA time zone of the cron fields (default UTC), e.g. "Europe/Paris"`},
+			&cli.StringFlag{Name: "catch-up", Value: schedule.Skip,
+				Usage: "ticks missed while no node held the bucket: skip them, or fire the latest once"},
+			&cli.IntFlag{Name: "priority", Usage: "the tasks' priority; higher runs first"},
+			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts of each task (default %d)", store.DefaultMaxAttempts)},
+			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout of each task"},
+			&cli.BoolFlag{Name: "paused", Usage: "create the schedule paused"},
+			&cli.BoolFlag{Name: "replace", Usage: "replace a schedule of the same name"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
+				return invalid(fmt.Errorf("schedule add takes one NAME, got %q", args))
+			}
+			d := schedule.Definition{
+				Name: args[0], Cron: c.String("cron"), Every: c.Duration("every"), Timezone: c.String("timezone"),
+				CatchUp: c.String("catch-up"), Kind: c.String("kind"), Key: c.String("key"),
+				Priority: c.Int("priority"), MaxAttempts: c.Int("max-attempts"), Timeout: c.Duration("timeout"),
+				Paused: c.Bool("paused"),
+			}
+			if p := c.String("payload"); p != "" {
+				d.Payload = json.RawMessage(p)
+			}
+			// Refuse a bad definition before connecting: bucket routing is
+			// the only part that needs the fleet.
+			one, _ := bucket.NewPolicy(1)
+			if _, err := d.Resolve(one, time.Now()); err != nil {
+				return invalid(err)
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			sc, err := client.AddSchedule(c.Context, d, c.Bool("replace"))
+			if errors.Is(err, store.ErrDuplicate) {
+				return refused(fmt.Errorf("%w; give --replace to replace it", err))
+			}
+			if err != nil {
+				return classifySchedule(err)
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, newScheduleJSON(flotilla.ScheduleReport{Schedule: sc}))
+			}
+			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s\n", sc.Name, describeTiming(sc),
+				sc.Bucket, human(sc.NextFireAt))
+			return nil
+		},
+	}
+}
+
+// scheduleActionCommand is a command on one schedule, named by its only
+// argument.
+func scheduleActionCommand(name, usage string, act func(*cli.Context, *flotilla.Client, string) error) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "NAME",
+		Flags:     commonFlags(jsonFlag),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
+				return invalid(fmt.Errorf("schedule %s takes one NAME, got %q", name, args))
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			return classifySchedule(act(c, client, args[0]))
+		},
+	}
+}
+
+// printSchedule applies change to the named schedule and prints the result.
+func printSchedule(c *cli.Context, change func(context.Context, string) (store.Schedule, error), name string) error {
+	sc, err := change(c.Context, name)
+	if err != nil {
+		return err
+	}
+	if c.Bool(jsonFlag.Name) {
+		return printJSON(c.App.Writer, newScheduleJSON(flotilla.ScheduleReport{Schedule: sc}))
+	}
+	state := "active, next at " + human(sc.NextFireAt)
+	if !sc.Enabled {
+		state = "paused"
+	}
+	fmt.Fprintf(c.App.Writer, "schedule %s %s\n", sc.Name, state)
+	return nil
+}
+
+// classifySchedule is classify for schedule errors.
+func classifySchedule(err error) error {
+	if errors.Is(err, schedule.ErrInvalidDefinition) || errors.Is(err, schedule.ErrInvalidSpec) {
+		return invalid(err)
+	}
+	return classify(err)
+}
+
+func describeTiming(sc store.Schedule) string {
+	s := sc.Spec
+	if sc.Timezone != "" {
+		s += " in " + sc.Timezone
+	}
+	return s
+}
+
+type scheduleJSON struct {
+	Name        string          `json:"name"`
+	Spec        string          `json:"spec"`
+	Timezone    string          `json:"timezone"`
+	CatchUp     string          `json:"catch_up"`
+	Kind        string          `json:"kind"`
+	Key         string          `json:"key"`
+	Bucket      int             `json:"bucket"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    int             `json:"priority"`
+	MaxAttempts int             `json:"max_attempts"`
+	Timeout     string          `json:"timeout"`
+	Enabled     bool            `json:"enabled"`
+	NextFireAt  any             `json:"next_fire_at"`
+	LastFireAt  any             `json:"last_fire_at"`
+	Holder      string          `json:"holder"`
+}
+
+func newScheduleJSON(r flotilla.ScheduleReport) scheduleJSON {
+	timeout := ""
+	if r.Timeout > 0 {
+		timeout = r.Timeout.String()
+	}
+	return scheduleJSON{Name: r.Name, Spec: r.Spec, Timezone: r.Timezone, CatchUp: r.CatchUp, Kind: r.Kind,
+		Key: r.Key, Bucket: r.Bucket, Payload: rawOrNull(r.Payload), Priority: r.Priority,
+		MaxAttempts: r.MaxAttempts, Timeout: timeout, Enabled: r.Enabled, NextFireAt: jsonTime(r.NextFireAt),
+		LastFireAt: jsonTime(r.LastFireAt), Holder: r.Holder}
+}
+
+func printSchedules(w io.Writer, rs []flotilla.ScheduleReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSPEC\tKIND\tBUCKET\tSTATE\tNEXT\tLAST\tHOLDER\tCATCH-UP")
+	for _, r := range rs {
+		state := "active"
+		if !r.Enabled {
+			state = "paused"
+		}
+		holder := r.Holder
+		if holder == "" {
+			holder = "(none: not firing)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, describeTiming(r.Schedule), r.Kind, r.Bucket,
+			state, human(r.NextFireAt), human(r.LastFireAt), holder, r.CatchUp)
+	}
+	_ = tw.Flush()
+}
