@@ -1,0 +1,40 @@
+package benchmark_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/benchmark"
+	"github.com/flotilla-dev/flotilla/node"
+	"github.com/flotilla-dev/flotilla/store/postgres"
+)
+
+// BenchmarkBurnDownSpread burns down b.N no-op tasks on several nodes in
+// this process that split the fleet's buckets between them and share one
+// store, whose pool is capped at 20 connections (each node adds one for
+// its notifications: 36 in all for 16 nodes, well under PostgreSQL's
+// default max_connections of 100). Each node has the default concurrency.
+// The claim must cost about as much per task with 1,024 buckets over 16
+// nodes as with 64 over 2: claim-us/task is the time spent in ClaimTasks
+// per task claimed.
+//
+//	go test -run '^$' -bench BurnDownSpread -benchtime 100000x -count 3 ./benchmark/
+func BenchmarkBurnDownSpread(b *testing.B) {
+	for _, c := range []struct{ buckets, nodes int }{{64, 2}, {1024, 16}} {
+		b.Run(fmt.Sprintf("buckets=%d/nodes=%d", c.buckets, c.nodes), func(b *testing.B) {
+			tb := setup(b, c.buckets, postgres.WithMaxConns(20))
+			if _, err := benchmark.Insert(tb.ctx, tb.store, b.N, 10_000, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			r, err := benchmark.BurnDownSpread(tb.ctx, tb.store, b.N, c.nodes, node.Config{}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			b.ReportMetric(r.JobsPerSecond(), "tasks/s")
+			b.ReportMetric(float64(r.Calls.ClaimPerTask().Nanoseconds())/1000, "claim-us/task")
+			b.ReportMetric(float64(r.Calls.ClaimedTasks)/float64(r.Calls.Claims), "tasks/claim")
+		})
+	}
+}
