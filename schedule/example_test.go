@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/schedule"
 )
 
@@ -61,4 +62,30 @@ func ExampleDecide() {
 	// fire=true for=12:00:00 next=12:05:00 skipped=0
 	// skip:   fire=false next=13:05:00 skipped=13
 	// latest: fire=true for=13:00:00 next=13:05:00 skipped=12
+}
+
+// A schedule declared in code: a node started with it in
+// node.Config.Schedules creates it, or updates its definition, and whichever
+// node holds its bucket fires it. Resolve is the check both do.
+func ExampleDefinition_Resolve() {
+	policy, _ := bucket.NewPolicy(64)
+	now := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	sc, err := schedule.Definition{
+		Name:     "nightly-report",
+		Cron:     "30 2 * * *",
+		Timezone: "America/New_York",
+		Kind:     "report",
+		CatchUp:  schedule.Latest,
+	}.Resolve(policy, now)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(sc.Spec, "in", sc.Timezone, "bucket", sc.Bucket, "first", sc.NextFireAt.Format(time.RFC3339))
+
+	_, err = schedule.Definition{Name: "too-fast", Every: 100 * time.Millisecond, Kind: "noop"}.Resolve(policy, now)
+	fmt.Println(err)
+	// Output:
+	// 30 2 * * * in America/New_York bucket 61 first 2030-01-02T07:30:00Z
+	// schedule "too-fast": period 100ms is shorter than the minimum of 1s: invalid schedule definition
 }
