@@ -248,6 +248,17 @@ func (c *Client) view(ctx context.Context) (fleetView, error) {
 	if !c.fleet.read.IsZero() && time.Since(c.fleet.read) < c.viewTTL {
 		return c.fleet, nil
 	}
+	return c.readViewLocked(ctx)
+}
+
+// freshView reads the fleet's state now, for reports that show it.
+func (c *Client) freshView(ctx context.Context) (fleetView, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readViewLocked(ctx)
+}
+
+func (c *Client) readViewLocked(ctx context.Context) (fleetView, error) {
 	leases, err := c.store.ListBuckets(ctx)
 	if err != nil {
 		return fleetView{}, err

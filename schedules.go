@@ -8,6 +8,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // AddSchedule creates a schedule, due first at its first tick from now. A
@@ -16,16 +17,36 @@ import (
 // is unchanged. A definition that could never fire is refused before
 // anything is written (matching schedule.ErrInvalidDefinition or
 // schedule.ErrInvalidSpec).
-func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, replace bool) (store.Schedule, error) {
+//
+// A schedule is a lasting definition, added before or after the nodes that
+// fire it start, so a bucket nobody holds is not a refusal here; the report
+// says so in Waiting.
+func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, replace bool) (ScheduleReport, error) {
 	now, err := c.store.Now(ctx)
 	if err != nil {
-		return store.Schedule{}, err
+		return ScheduleReport{}, err
 	}
 	sc, err := d.Resolve(c.policy, now)
 	if err != nil {
-		return store.Schedule{}, err
+		return ScheduleReport{}, err
 	}
-	return c.store.UpsertSchedule(ctx, sc, replace)
+	saved, err := c.store.UpsertSchedule(ctx, sc, replace)
+	if err != nil {
+		return ScheduleReport{}, err
+	}
+	view, err := c.view(ctx)
+	if err != nil {
+		return ScheduleReport{}, err
+	}
+	return newScheduleReport(saved, view), nil
+}
+
+func newScheduleReport(sc store.Schedule, v fleetView) ScheduleReport {
+	r := ScheduleReport{Schedule: sc, Waiting: waitingReason(&task.Task{Bucket: sc.Bucket, Kind: sc.Kind}, v)}
+	if holder, ok := v.holders[sc.Bucket]; ok {
+		r.Holder = holder.ID
+	}
+	return r
 }
 
 // ScheduleReport is a schedule with the node that fires it.
@@ -34,6 +55,10 @@ type ScheduleReport struct {
 	// Holder is the node holding the schedule's bucket, which fires it; ""
 	// when nobody does, and the schedule waits.
 	Holder string
+	// Waiting says why the schedule's ticks do not run, when the fleet's
+	// state explains it: nobody holds its bucket (nothing fires), or the
+	// holder does not run its kind (its tasks wait). Empty otherwise.
+	Waiting string
 }
 
 // Schedules lists every schedule by name, with the holder of its bucket.
@@ -42,19 +67,13 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := c.store.ListBuckets(ctx)
+	view, err := c.freshView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	holders := make(map[int]string, len(leases))
-	for _, l := range leases {
-		if l.Holder != "" {
-			holders[l.Bucket] = l.Node
-		}
-	}
 	out := make([]ScheduleReport, len(list))
 	for i, sc := range list {
-		out[i] = ScheduleReport{Schedule: sc, Holder: holders[sc.Bucket]}
+		out[i] = newScheduleReport(sc, view)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -99,18 +99,24 @@ func scheduleAddCommand() *cli.Command {
 				return err
 			}
 			defer client.Close()
-			sc, err := client.AddSchedule(c.Context, d, c.Bool("replace"))
+			r, err := client.AddSchedule(c.Context, d, c.Bool("replace"))
 			if errors.Is(err, store.ErrDuplicate) {
 				return refused(fmt.Errorf("%w; give --replace to replace it", err))
 			}
 			if err != nil {
 				return classifySchedule(err)
 			}
-			if c.Bool(jsonFlag.Name) {
-				return printJSON(c.App.Writer, newScheduleJSON(flotilla.ScheduleReport{Schedule: sc}))
+			// Not a refusal: the nodes that fire a schedule may start
+			// after it is added. But the operator hears of it now.
+			if r.Waiting != "" {
+				fmt.Fprintf(c.App.ErrWriter, "worker: warning: schedule %s: %s; its ticks will wait until one does\n",
+					r.Name, r.Waiting)
 			}
-			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s\n", sc.Name, describeTiming(sc),
-				sc.Bucket, human(sc.NextFireAt))
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, newScheduleJSON(r))
+			}
+			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s\n", r.Name, describeTiming(r.Schedule),
+				r.Bucket, human(r.NextFireAt))
 			return nil
 		},
 	}
@@ -191,6 +197,7 @@ type scheduleJSON struct {
 	NextFireAt  any             `json:"next_fire_at"`
 	LastFireAt  any             `json:"last_fire_at"`
 	Holder      string          `json:"holder"`
+	Waiting     string          `json:"waiting,omitempty"`
 }
 
 func newScheduleJSON(r flotilla.ScheduleReport) scheduleJSON {
@@ -201,12 +208,12 @@ func newScheduleJSON(r flotilla.ScheduleReport) scheduleJSON {
 	return scheduleJSON{Name: r.Name, Spec: r.Spec, Timezone: r.Timezone, CatchUp: r.CatchUp, Kind: r.Kind,
 		Key: r.Key, Bucket: r.Bucket, Payload: rawOrNull(r.Payload), Priority: r.Priority,
 		MaxAttempts: r.MaxAttempts, Timeout: timeout, Enabled: r.Enabled, NextFireAt: jsonTime(r.NextFireAt),
-		LastFireAt: jsonTime(r.LastFireAt), Holder: r.Holder}
+		LastFireAt: jsonTime(r.LastFireAt), Holder: r.Holder, Waiting: r.Waiting}
 }
 
 func printSchedules(w io.Writer, rs []flotilla.ScheduleReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSPEC\tKIND\tBUCKET\tSTATE\tNEXT\tLAST\tHOLDER\tCATCH-UP")
+	fmt.Fprintln(tw, "NAME\tSPEC\tKIND\tBUCKET\tSTATE\tNEXT\tLAST\tHOLDER\tCATCH-UP\tWAITING")
 	for _, r := range rs {
 		state := "active"
 		if !r.Enabled {
@@ -214,10 +221,10 @@ func printSchedules(w io.Writer, rs []flotilla.ScheduleReport) {
 		}
 		holder := r.Holder
 		if holder == "" {
-			holder = "(none: not firing)"
+			holder = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, describeTiming(r.Schedule), r.Kind, r.Bucket,
-			state, human(r.NextFireAt), human(r.LastFireAt), holder, r.CatchUp)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, describeTiming(r.Schedule), r.Kind,
+			r.Bucket, state, human(r.NextFireAt), human(r.LastFireAt), holder, r.CatchUp, dash(r.Waiting))
 	}
 	_ = tw.Flush()
 }

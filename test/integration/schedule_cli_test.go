@@ -63,8 +63,11 @@ func TestScheduleCLIRefusesBadDefinitions(t *testing.T) {
 func TestScheduleCLILifecycle(t *testing.T) {
 	needsIntegration(t)
 	f := newFleet(t)
+	// Added before any node runs: accepted, with a warning.
 	if _, stderr, code := f.cli("schedule", "add", "--every", "1s", "--kind", "noop", "--payload", `{"n":1}`, "beat"); code != 0 {
 		t.Fatalf("schedule add exited %d: %s", code, stderr)
+	} else if want := fmt.Sprintf("no live node holds bucket %d", f.policy.Of("beat")); !strings.Contains(stderr, want) {
+		t.Errorf("schedule add with nobody to fire it warned %q, want it to say %q", stderr, want)
 	}
 	f.worker("run", "--buckets", "0-63", "--node-id", "solo")
 	f.waitForTicks("beat", 2)
