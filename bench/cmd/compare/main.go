@@ -359,7 +359,7 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 		st2 = riverDefault
 	}
 	stopProfile = startProfile(profile, o.riverProfile)
-	d, err := riverBurnDown(ctx, rdb.dsn, jobs, st2)
+	d, statements, err := riverBurnDown(ctx, rdb.dsn, jobs, st2)
 	stopProfile()
 	if err != nil {
 		return err
@@ -370,7 +370,8 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 		return err
 	}
 	res.add("BurnDown", "river", settings, jobs, d, "jobs/s", benchmark.PerSecond(jobs, d),
-		statMetrics(rafter.Sub(rbefore), jobs, benchmark.CallCounts{})...)
+		append(statMetrics(rafter.Sub(rbefore), jobs, benchmark.CallCounts{}),
+			metric{"statements/job", float64(statements) / float64(jobs)})...)
 	return nil
 }
 
@@ -388,6 +389,12 @@ func statMetrics(st benchmark.DBStats, jobs int, calls benchmark.CallCounts) []m
 			metric{"tasks/claim", float64(calls.ClaimedTasks) / float64(calls.Claims)},
 			metric{"tasks/write", float64(calls.AdvancedTasks) / float64(max(1, calls.Advances))},
 			metric{"claim-us/task", float64(calls.ClaimPerTask().Nanoseconds()) / 1000},
+			metric{"write-us/task", float64(calls.AdvanceTime.Nanoseconds()) / 1000 / float64(max(1, calls.AdvancedTasks))},
+			// A claim is one round trip of four statements (BEGIN, its
+			// settings, the claim, COMMIT); an outcome write is one, and a
+			// lease renewal one. The rest (bucket leases, heartbeats,
+			// command polls) are per node, not per task.
+			metric{"hot-statements/job", float64(4*calls.Claims+calls.Advances+calls.Renewals) / float64(jobs)},
 		)
 	}
 	return ms

@@ -42,9 +42,17 @@ var (
 )
 
 func riverPool(ctx context.Context, dsn string, st riverSettings) (*pgxpool.Pool, error) {
+	return riverPoolTraced(ctx, dsn, st, nil)
+}
+
+// riverPoolTraced is riverPool whose statements are counted by tracer.
+func riverPoolTraced(ctx context.Context, dsn string, st riverSettings, tracer *statementCounter) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
 	}
 	if st.maxConns > 0 {
 		cfg.MaxConns = st.maxConns
@@ -162,21 +170,28 @@ func riverInsert(ctx context.Context, dsn string, jobs, batch int, fast bool) (t
 
 // riverBurnDown works the backlog already in the database, jobs no-op jobs,
 // and returns the time from the client's start to the last completion
-// event. The table is analyzed before the clock starts.
-func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) (time.Duration, error) {
-	pool, err := riverPool(ctx, dsn, st)
+// event, and the statements the client sent. The table is analyzed before
+// the clock starts.
+func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) (time.Duration, int64, error) {
+	d, tracer, err := riverBurnDownCounted(ctx, dsn, jobs, st)
+	return d, tracer.n.Load(), err
+}
+
+func riverBurnDownCounted(ctx context.Context, dsn string, jobs int, st riverSettings) (time.Duration, *statementCounter, error) {
+	tracer := &statementCounter{}
+	pool, err := riverPoolTraced(ctx, dsn, st, tracer)
 	if err != nil {
-		return 0, err
+		return 0, tracer, err
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, `ANALYZE river_job`); err != nil {
-		return 0, err
+		return 0, tracer, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
 	client, err := newRiverClient(pool, st, workers)
 	if err != nil {
-		return 0, err
+		return 0, tracer, err
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: jobs + 1000,
@@ -185,7 +200,7 @@ func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) 
 	defer cancel()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return 0, tracer, err
 	}
 	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
 	var last time.Time
@@ -195,7 +210,7 @@ func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) 
 		select {
 		case ev := <-events:
 			if ev.Kind != river.EventKindJobCompleted {
-				return 0, fmt.Errorf("river burn-down: job %d: %s", ev.Job.ID, ev.Kind)
+				return 0, tracer, fmt.Errorf("river burn-down: job %d: %s", ev.Job.ID, ev.Kind)
 			}
 			done++
 			last = time.Now()
@@ -203,10 +218,12 @@ func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) 
 				stall.Reset(benchmark.StallTimeout)
 			}
 		case <-stall.C:
-			return 0, fmt.Errorf("river burn-down: stalled after %d of %d jobs", done, jobs)
+			return 0, tracer, fmt.Errorf("river burn-down: stalled after %d of %d jobs", done, jobs)
 		}
 	}
-	return last.Sub(start), nil
+	// ANALYZE is not the client's work.
+	tracer.n.Add(-1)
+	return last.Sub(start), tracer, nil
 }
 
 // riverStartLatency mirrors benchmark.StartLatency: single inserts, paced at
