@@ -16,6 +16,8 @@ const (
 	// scheduleBatch is the most due schedules read and fired in one round:
 	// one read and one transaction, however many fire.
 	scheduleBatch = 500
+	// minScheduleBatch is the floor of the adaptive round size.
+	minScheduleBatch = 16
 	// maxScheduleRounds bounds one pass, so that a schedule that keeps
 	// failing cannot keep the loop from sleeping.
 	maxScheduleRounds = 20
@@ -25,6 +27,10 @@ const (
 // due schedules of the buckets this node holds. Only the loop's goroutine
 // uses it.
 type scheduler struct {
+	// batch is the size of the next round: scheduleBatch, halved after a
+	// round that ran out of time (a loaded database), grown back after one
+	// that did not.
+	batch int
 	specs map[string]schedule.Spec // by spec and time zone
 	// refused records the schedules whose stored spec does not parse, so
 	// each is logged once rather than at every pass.
@@ -32,7 +38,7 @@ type scheduler struct {
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{specs: map[string]schedule.Spec{}, refused: map[string]bool{}}
+	return &scheduler{batch: scheduleBatch, specs: map[string]schedule.Spec{}, refused: map[string]bool{}}
 }
 
 // spec parses a stored schedule's expression, once per expression.
@@ -112,9 +118,12 @@ func (n *Node) scheduleRound(ctx context.Context, held []store.HeldBucket) (adva
 	for i, h := range held {
 		buckets[i] = h.Bucket
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
-	defer cancel()
-	due, err := n.store.DueSchedules(ctx, bucket.Of(buckets...), scheduleBatch)
+	// Each call gets its own timeout: a round's calls are not one statement.
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, n.stmtTimeout) }
+	batch := n.scheduler.batch
+	callCtx, cancel := call()
+	due, err := n.store.DueSchedules(callCtx, bucket.Of(buckets...), batch)
+	cancel()
 	if err != nil {
 		n.log.Warn("reading due schedules failed", zap.Error(err))
 		return 0, false
@@ -124,12 +133,14 @@ func (n *Node) scheduleRound(ctx context.Context, held []store.HeldBucket) (adva
 	}
 	// Ticks are judged by the database's clock, the one that made them due,
 	// so that no node's clock decides what is late.
-	now, err := n.store.Now(ctx)
+	callCtx, cancel = call()
+	now, err := n.store.Now(callCtx)
+	cancel()
 	if err != nil {
 		n.log.Warn("reading the database clock failed", zap.Error(err))
 		return 0, false
 	}
-	more = len(due) == scheduleBatch
+	more = len(due) == batch
 	reqs := make([]store.FireRequest, 0, len(due))
 	decisions := make([]schedule.Decision, 0, len(due))
 	policies := make([]string, 0, len(due))
@@ -165,11 +176,18 @@ func (n *Node) scheduleRound(ctx context.Context, held []store.HeldBucket) (adva
 	if len(reqs) == 0 {
 		return 0, false
 	}
-	results, err := n.store.FireSchedules(ctx, n.incarnation, reqs)
+	callCtx, cancel = call()
+	results, err := n.store.FireSchedules(callCtx, n.incarnation, reqs)
+	cancel()
 	if err != nil {
-		n.log.Warn("firing schedules failed", zap.Int("schedules", len(reqs)), zap.Error(err))
+		if errors.Is(err, context.DeadlineExceeded) {
+			n.scheduler.batch = max(batch/2, minScheduleBatch)
+		}
+		n.log.Warn("firing schedules failed", zap.Int("schedules", len(reqs)),
+			zap.Int("next_batch", n.scheduler.batch), zap.Error(err))
 		return 0, false
 	}
+	n.scheduler.batch = min(batch*2, scheduleBatch)
 	for i, res := range results {
 		if res.Err == nil {
 			advanced++

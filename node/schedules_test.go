@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -300,4 +301,34 @@ func TestABadDeclaredScheduleIsRefusedBeforeStart(t *testing.T) {
 	if _, err := New(b.store.Handle(), cfg); err == nil {
 		t.Fatal("New with a schedule declared twice: no error")
 	}
+}
+
+// slowFirings is a store that runs out of time on firings larger than limit,
+// as a loaded database does on large transactions.
+type slowFirings struct {
+	store.Store
+	limit int
+}
+
+func (s *slowFirings) FireSchedules(ctx context.Context, owner string, reqs []store.FireRequest) ([]store.FireResult, error) {
+	if len(reqs) > s.limit {
+		return nil, fmt.Errorf("fire schedules: %w", context.DeadlineExceeded)
+	}
+	return s.Store.FireSchedules(ctx, owner, reqs)
+}
+
+func TestFiringRoundsShrinkWhenTheDatabaseIsSlow(t *testing.T) {
+	b := setup(t, withManualClock())
+	cfg := b.config(t, "a")
+	const count = 300
+	for i := range count {
+		cfg.Schedules = append(cfg.Schedules, schedule.Definition{Name: fmt.Sprintf("s-%03d", i), Every: time.Minute, Kind: "noop"})
+	}
+	a := b.startOn(t, &slowFirings{Store: b.store.Handle(), limit: 40}, cfg)
+	b.manual.Advance(time.Minute)
+	eventually(t, "every schedule fired once", func() bool {
+		a.scheduleLoop.poke()
+		tasks, err := b.store.ListTasks(b.ctx, store.TaskFilter{Limit: 1000})
+		return err == nil && len(tasks) == count
+	})
 }

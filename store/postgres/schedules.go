@@ -205,15 +205,20 @@ func scanSchedule(row pgx.Row) (store.Schedule, error) {
 
 // fireSchedulesSQL advances, by compare-and-set, every requested schedule
 // whose bucket the owner holds, unexpired, under the request's epoch, and
-// reports each request's fate. FOR SHARE on the lease rows keeps them from
-// changing hands until the firing commits. The final SELECT reads the
-// schedules as they were before the UPDATE (a data-modifying WITH is not
-// visible to its own statement), which is what explains a refusal.
+// reports each request's fate. The final SELECT reads the schedules as they
+// were before the UPDATE (a data-modifying WITH is not visible to its own
+// statement), which is what explains a refusal.
+//
+// The lease rows are not locked: that would hold up the owner's own lease
+// renewals for as long as a large firing takes. A lease that expires while
+// the transaction runs gives nothing away, because a successor's
+// compare-and-set on the same schedule rows waits for this transaction and
+// then finds them moved on, and the unique (schedule, scheduled_for) index
+// stands behind both.
 const fireSchedulesSQL = `
 WITH held AS (
     SELECT bucket, epoch FROM flotilla_bucket_leases
     WHERE owner = $1 AND expires_at > statement_timestamp()
-    FOR SHARE
 ), req AS (
     SELECT * FROM unnest($2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[])
         AS r(name, epoch, from_at, next_at, scheduled_for)
