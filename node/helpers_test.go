@@ -89,7 +89,13 @@ func (b *testBundle) newNode(t testing.TB, cfg Config, handlers map[string]Handl
 	t.Helper()
 	h := b.store.Handle()
 	t.Cleanup(h.Close)
-	n, err := New(h, cfg)
+	return newNodeOn(t, h, cfg, handlers)
+}
+
+// newNodeOn is newNode on a store of the test's choosing.
+func newNodeOn(t testing.TB, s store.Store, cfg Config, handlers map[string]Handler) *Node {
+	t.Helper()
+	n, err := New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,24 +46,13 @@ func (f *firingStore) counts() (calls, fired int) {
 	return f.calls, f.fired
 }
 
-// startOn starts a node on s, shut down at the end of the test.
+// startOn starts a node that runs noop tasks on s.
 func (b *testBundle) startOn(t *testing.T, s store.Store, cfg Config) *Node {
 	t.Helper()
-	n, err := New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Register("noop", func(context.Context, *task.Task) error { return nil })
+	n := newNodeOn(t, s, cfg, map[string]Handler{"noop": func(context.Context, *task.Task) error { return nil }})
 	if err := n.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown of %s: %v", n.ID(), err)
-		}
-	})
 	return n
 }
 
