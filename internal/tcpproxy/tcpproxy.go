@@ -54,11 +54,11 @@ const dialTimeout = 10 * time.Second
 
 // Proxy forwards TCP connections from its address to a target.
 type Proxy struct {
-	target string
-	ln     net.Listener
+	ln net.Listener
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
+	target  string
 	mode    Mode
 	delay   time.Duration
 	closed  bool
@@ -100,7 +100,20 @@ func New(target string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Target is the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// SetTarget makes new connections go to target; open ones keep theirs.
+// It serves a server that comes back on another address, as a restarted
+// container may.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
 
 // Mode returns the current mode.
 func (p *Proxy) Mode() Mode {
@@ -236,6 +249,7 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	p.conns[l] = struct{}{}
+	target := p.target
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -244,7 +258,7 @@ func (p *Proxy) serve(client net.Conn) {
 		l.close()
 	}()
 
-	server, err := net.DialTimeout("tcp", p.target, dialTimeout)
+	server, err := net.DialTimeout("tcp", target, dialTimeout)
 	if err != nil {
 		return
 	}

@@ -209,6 +209,47 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 }
 
+func TestSetTargetMovesNewConnections(t *testing.T) {
+	b := setup(t)
+	old := b.dial(t)
+	mustEcho(t, old, "first server")
+
+	// A second server that answers every line with "moved".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			if _, err := r.ReadString('\n'); err != nil {
+				return
+			}
+			if _, err := io.WriteString(c, "moved\n"); err != nil {
+				return
+			}
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+
+	b.proxy.SetTarget(ln.Addr().String())
+	if got := b.proxy.Target(); got != ln.Addr().String() {
+		t.Errorf("Target() = %q, want %q", got, ln.Addr())
+	}
+	moved := b.dial(t)
+	if got, err := moved.roundTrip("hello", ioTimeout); err != nil || got != "moved" {
+		t.Errorf("a new connection got %q, %v; want the second server's answer", got, err)
+	}
+	mustEcho(t, old, "still the first") // open connections keep their server
+	_ = moved.Close()
+}
+
 func TestModeNames(t *testing.T) {
 	for m, want := range map[Mode]string{Forward: "forward", Cut: "cut", Blackhole: "blackhole", Mode(7): "Mode(7)"} {
 		if got := m.String(); got != want {
