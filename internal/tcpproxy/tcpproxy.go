@@ -55,7 +55,7 @@ const dialTimeout = 10 * time.Second
 // Proxy forwards TCP connections from its address to a target.
 type Proxy struct {
 	ln net.Listener
-	wg     sync.WaitGroup
+	wg sync.WaitGroup
 
 	mu      sync.Mutex
 	target  string
