@@ -24,7 +24,13 @@ endif
 
 INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/integration),./test/integration/...)
 
-.PHONY: help build test test-short test-integration lint bench tidy clean
+# The PostgreSQL restart scenario breaks every connection to the server,
+# other tests' included, so `make test` and `make test-integration` run it
+# alone, after everything else, in a `go test -p 1` of its own.
+RESTART_TEST := TestFaultPostgresRestart
+SOAK_TIMEOUT := 60m
+
+.PHONY: help build test test-short test-integration soak lint bench tidy clean
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -36,8 +42,11 @@ ifneq ($(wildcard cmd/worker),)
 	$(GO) build -o bin/worker ./cmd/worker
 endif
 
-test: ## Run all tests with the race detector, as CI does
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' ./...
+ifneq ($(wildcard test/integration),)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
+endif
 
 test-short: ## Run the unit tests only (-short)
 	$(GO) test -short ./...
@@ -46,8 +55,14 @@ test-integration: ## Run the PostgreSQL integration tests (store, test/integrati
 ifeq ($(strip $(INTEGRATION_PKGS)),)
 	@echo 'No integration test packages yet.'
 else
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' $(INTEGRATION_PKGS)
+ifneq ($(wildcard test/integration),)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
 endif
+endif
+
+soak: ## Run the soak: 100,000 tasks over 4 nodes under kill -9 (minutes; not in CI)
+	FLOTILLA_SOAK=1 $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/integration/
 
 lint: ## Check gofmt, go vet, staticcheck and that go.mod is tidy
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then \

@@ -85,6 +85,11 @@ func New(t testing.TB) string {
 		t.Fatalf("testdb: create database %s on %s: %v", name, Redact(admin), err)
 	}
 	t.Cleanup(func() {
+		// Asked again: a container restarted meanwhile (RestartContainer)
+		// may listen on another port.
+		if again, err := adminDSN(); err == nil {
+			admin = again
+		}
 		if err := adminExec(admin, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
 			t.Errorf("testdb: drop database %s on %s: %v", name, Redact(admin), err)
 		}

@@ -47,7 +47,12 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	dsn := testdb.New(t)
+	return newFleetOn(t, testdb.New(t))
+}
+
+// newFleetOn is newFleet on a database of the test's, reached through dsn.
+func newFleetOn(t *testing.T, dsn string) *fleet {
+	t.Helper()
 	stdout, stderr, code := runCLI(t, dsn, "migrate")
 	if code != 0 {
 		t.Fatalf("worker migrate exited %d: %s", code, stderr)

@@ -22,18 +22,21 @@ import (
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 )
 
-// workerBinary is the worker that TestMain built for this run.
-var workerBinary string
+// workerBinary is the worker that TestMain built for this run, and
+// testWorkerBinary the test worker (./testworker): a node with the stock
+// kinds and the probe, which the fault scenarios run.
+var workerBinary, testWorkerBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse() // testing.Short needs the flags before m.Run parses them
 	if !testing.Short() {
-		bin, err := buildWorker()
+		dir, err := buildWorker()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "integration:", err)
 			os.Exit(1)
 		}
-		workerBinary = bin
+		workerBinary = filepath.Join(dir, "worker")
+		testWorkerBinary = filepath.Join(dir, "testworker")
 	}
 	testdb.VerifyNoLeaks(m)
 }
@@ -55,9 +58,10 @@ const (
 	staleBuildAge = 2 * time.Hour
 )
 
-// buildWorker builds ./cmd/worker once for the whole run, with the race
-// detector when the tests have it, so that the processes under test are
-// checked for races too.
+// buildWorker builds ./cmd/worker and ./test/integration/testworker once
+// for the whole run, with the race detector when the tests have it, so
+// that the processes under test are checked for races too. It returns the
+// directory that holds both.
 //
 // testdb.VerifyNoLeaks ends the process with os.Exit, so nothing can remove
 // the build directory after the tests; each run removes instead what runs
@@ -67,20 +71,20 @@ func buildWorker() (string, error) {
 	removeStaleBuilds()
 	dir, err := os.MkdirTemp("", buildDirPrefix)
 	if err != nil {
-		return "", fmt.Errorf("temporary directory for the worker binary: %w", err)
+		return "", fmt.Errorf("temporary directory for the worker binaries: %w", err)
 	}
-	bin := filepath.Join(dir, "worker")
-	args := []string{"build", "-o", bin}
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/flotilla-dev/flotilla/cmd/worker")
+	args = append(args, "github.com/flotilla-dev/flotilla/cmd/worker",
+		"github.com/flotilla-dev/flotilla/test/integration/testworker")
 	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return bin, nil
+	return dir, nil
 }
 
 func removeStaleBuilds() {
@@ -106,7 +110,12 @@ const raceReport = "WARNING: DATA RACE"
 // dsn "" runs the command without a database. The process gets a group of
 // its own so that it can be killed whole.
 func workerCommand(ctx context.Context, dsn string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, workerBinary, args...)
+	return binaryCommand(ctx, workerBinary, dsn, args...)
+}
+
+// binaryCommand is workerCommand for another of the binaries built.
+func binaryCommand(ctx context.Context, bin, dsn string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
 	env := make([]string, 0, len(os.Environ())+2)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FLOTILLA_DSN=") && !strings.HasPrefix(kv, "GORACE=") {
@@ -156,6 +165,12 @@ const (
 // test failed, and a race report in it fails the test.
 func startWorker(t *testing.T, dsn string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, workerBinary, dsn, args...)
+}
+
+// startBinary is startWorker for another of the binaries built.
+func startBinary(t *testing.T, bin, dsn string, args ...string) *proc {
+	t.Helper()
 	// The directory is removed after the process is reaped: cleanups run
 	// last-registered first.
 	logPath := filepath.Join(t.TempDir(), "worker.log")
@@ -164,7 +179,7 @@ func startWorker(t *testing.T, dsn string, args ...string) *proc {
 		t.Fatalf("worker log: %v", err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := workerCommand(context.Background(), dsn, args...)
+	cmd := binaryCommand(context.Background(), bin, dsn, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start worker %s: %v", strings.Join(args, " "), err)

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// ProbeKind is the kind whose executions are recorded in the ledger.
+const ProbeKind = "probe"
+
+// ProbePayload is a probe task's payload: {"duration":"150ms"}. The probe
+// works (sleeps) for that long, or until its context ends.
+type ProbePayload struct {
+	Duration string `json:"duration"`
+}
+
+// ledgerTimeout bounds each ledger write. The ledger is reached directly,
+// not through the proxy a scenario may cut, so a write waits only for a
+// busy server.
+const ledgerTimeout = 30 * time.Second
+
+// ledger writes the probe's records: one row per execution, inserted when
+// the handler starts and completed when it returns.
+type ledger struct {
+	pool *pgxpool.Pool
+	pid  int
+	log  *zap.Logger
+}
+
+func openLedger(ctx context.Context, dsn string, log *zap.Logger) (*ledger, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("--ledger-dsn: %w", err)
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["application_name"] = "flotilla-testworker-ledger"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return &ledger{pool: pool, pid: os.Getpid(), log: log}, nil
+}
+
+func (l *ledger) close() { l.pool.Close() }
+
+// The ledger's statements. Start and end times are this process's wall
+// clock: every process of a scenario runs on one machine, and the times
+// bound the handler's work itself, not the writes around it.
+const (
+	startSQL = `
+INSERT INTO probe_ledger (task_id, attempt, claim_seq, epoch, node, incarnation, pid, started_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (task_id, claim_seq) DO UPDATE SET started_at = probe_ledger.started_at
+RETURNING id`
+
+	// endSQL records the end and whether the attempt was still the task's
+	// current one at that moment: its task lease and its bucket lease, by
+	// the database. This is the check a handler makes to fence its own side
+	// effects with the token it is given (DESIGN §5.2); the tests use it to
+	// tell a late execution of a frozen process (not current, so fenced)
+	// from an overlap that the fleet let happen.
+	endSQL = `
+UPDATE probe_ledger l SET ended_at = $2, outcome = $3,
+    current = EXISTS (
+        SELECT 1 FROM flotilla_tasks t JOIN flotilla_bucket_leases b ON b.bucket = t.bucket
+        WHERE t.id = l.task_id AND t.claim_seq = l.claim_seq AND t.owner = l.incarnation
+          AND t.status IN ('running', 'stopping', 'pausing')
+          AND b.owner = l.incarnation AND b.epoch = l.epoch AND b.expires_at > statement_timestamp())
+WHERE l.id = $1`
+)
+
+// retry runs a ledger write until it succeeds or ledgerTimeout has passed:
+// a scenario may restart PostgreSQL under the ledger too, and the pool
+// reconnects on the next try. Each write is one statement, and the start
+// is keyed by the attempt's claim_seq, so a write that committed although
+// its answer was lost is not recorded twice when tried again.
+func (l *ledger) retry(ctx context.Context, write func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ledgerTimeout)
+	defer cancel()
+	for {
+		err := write(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// probe is the handler of the probe kind.
+func (l *ledger) probe(ctx context.Context, t *task.Task) error {
+	started := time.Now()
+	var p ProbePayload
+	if len(t.Payload) > 0 && string(t.Payload) != "null" {
+		if err := json.Unmarshal(t.Payload, &p); err != nil {
+			return fmt.Errorf("%w: probe payload %s: %v", task.ErrNoRetry, t.Payload, err)
+		}
+	}
+	d, err := time.ParseDuration(p.Duration)
+	if p.Duration == "" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 {
+		return fmt.Errorf("%w: probe duration %q is not a duration", task.ErrNoRetry, p.Duration)
+	}
+
+	var row int64
+	err = l.retry(ctx, func(wctx context.Context) error {
+		return l.pool.QueryRow(wctx, startSQL, t.ID, t.Attempt, t.ClaimSeq, t.Epoch, t.Node, t.Owner, l.pid, started).Scan(&row)
+	})
+	if err != nil {
+		// Nothing has been done yet: the attempt fails and is retried.
+		return fmt.Errorf("probe: recording the start: %w", err)
+	}
+
+	outcome, result := "done", error(nil)
+	timer := time.NewTimer(d)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		timer.Stop()
+		result = context.Cause(ctx)
+		outcome = "interrupted: " + result.Error()
+	}
+	ended := time.Now()
+
+	err = l.retry(ctx, func(wctx context.Context) error {
+		_, err := l.pool.Exec(wctx, endSQL, row, ended, outcome)
+		return err
+	})
+	if err != nil {
+		l.log.Error("probe: recording the end failed; the ledger row stays open",
+			zap.Int64("task", t.ID), zap.Int("attempt", t.Attempt), zap.Error(err))
+		if result == nil {
+			result = fmt.Errorf("probe: recording the end: %w", err)
+		}
+	}
+	return result
+}
