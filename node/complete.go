@@ -163,6 +163,15 @@ func (c *completer) flush(ctx context.Context, batch []completion) bool {
 
 // logOutcome logs what became of one attempt.
 func (n *Node) logOutcome(cp completion, o store.Outcome) {
+	if o.Err == nil && o.Status == task.Succeeded {
+		// The common case, logged at debug level: checked first, since
+		// building the fields of a line that is not written costs
+		// allocations per task.
+		if ce := n.log.Check(zap.DebugLevel, "task succeeded"); ce != nil {
+			ce.Write(append(cp.a.fields(), zap.String("status", string(o.Status)))...)
+		}
+		return
+	}
 	fields := append(cp.a.fields(), zap.String("status", string(o.Status)))
 	switch {
 	case errors.Is(o.Err, store.ErrFenced):
@@ -171,8 +180,6 @@ func (n *Node) logOutcome(cp completion, o store.Outcome) {
 	case o.Err != nil:
 		n.log.Error("recording the task's outcome was refused",
 			append(fields, zap.String("outcome", string(cp.tr.To)), zap.Error(o.Err))...)
-	case o.Status == task.Succeeded:
-		n.log.Debug("task succeeded", fields...)
 	case o.Status == task.Retrying:
 		n.log.Info("task attempt failed; retrying",
 			append(fields, zap.Duration("delay", cp.tr.Delay), zap.String("error", cp.tr.Error))...)

@@ -107,7 +107,11 @@ func (n *Node) launch(t *task.Task) {
 	if t.Timeout > 0 {
 		a.timeout = n.cfg.Clock.AfterFunc(t.Timeout, func() { a.cancel(ErrTimeout) })
 	}
-	n.log.Debug("task started", append(a.fields(), zap.String("kind", t.Kind))...)
+	// Checked first: the fields of a line that is not written would cost
+	// an allocation per task on the hot path.
+	if ce := n.log.Check(zap.DebugLevel, "task started"); ce != nil {
+		ce.Write(append(a.fields(), zap.String("kind", t.Kind))...)
+	}
 	n.cfg.Executor.Execute(func() { n.runAttempt(a) })
 }
 
