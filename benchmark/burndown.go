@@ -28,6 +28,10 @@ type BurnDownResult struct {
 	Nodes   int
 	Elapsed time.Duration // from the first node's start to the last completion
 	Calls   CallCounts
+	// ServerCPU is the CPU time the database's backends used meanwhile
+	// (zero where it cannot be read: see ReadBackendCPU), ClientCPU this
+	// process's.
+	ServerCPU, ClientCPU time.Duration
 }
 
 // JobsPerSecond is the burn-down rate.
@@ -209,6 +213,8 @@ func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Conf
 		n.Register(Kind, kinds.Noop)
 		nodes = append(nodes, n)
 	}
+	serverBefore, cpuErr := ReadBackendCPU(ctx, s.Pool())
+	clientBefore := ProcessCPU()
 	start := time.Now()
 	for i, n := range nodes {
 		if err := n.Start(ctx); err != nil {
@@ -220,6 +226,12 @@ func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Conf
 	if err != nil {
 		return BurnDownResult{}, fmt.Errorf("burn-down: %w", err)
 	}
+	r := BurnDownResult{Jobs: jobs, Nodes: len(cfgs), Elapsed: end.Sub(start), ClientCPU: ProcessCPU() - clientBefore}
+	if cpuErr == nil {
+		if after, err := ReadBackendCPU(ctx, s.Pool()); err == nil {
+			r.ServerCPU = after.Since(serverBefore)
+		}
+	}
 	var errs []error
 	for _, n := range nodes {
 		errs = append(errs, n.Shutdown(context.WithoutCancel(ctx)))
@@ -228,5 +240,6 @@ func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Conf
 	if err := errors.Join(errs...); err != nil {
 		return BurnDownResult{}, fmt.Errorf("burn-down: shutdown: %w", err)
 	}
-	return BurnDownResult{Jobs: jobs, Nodes: len(cfgs), Elapsed: end.Sub(start), Calls: cs.counts()}, nil
+	r.Calls = cs.counts()
+	return r, nil
 }

@@ -16,9 +16,15 @@ import (
 // paced single-insert run of the start latency.
 const (
 	// BestConcurrency is the node concurrency the burn-down runs with by
-	// default: enough free slots that each claim takes a large batch, and
-	// each outcome write carries many.
-	BestConcurrency = 1000
+	// default. A node's slots are shared between the tasks of the claim in
+	// flight, those running, and those whose outcome waits for or is in
+	// the outcome write; with no-op handlers they split about evenly
+	// between the claim and the write, so 3,000 slots let each claim
+	// take the most one claim may (1,000) and each write carry 800-1,000.
+	// Measured on PostgreSQL 15, 100,000 tasks: 1,000 slots claim about
+	// 380 tasks at a time and cost 35-45 µs of database CPU per task;
+	// 2,000 to 5,000 slots cost 32-36 µs, and burn down 20-25% faster.
+	BestConcurrency = 3000
 	// DefaultLatencyRate is the single inserts per second of the latency
 	// run.
 	DefaultLatencyRate = 1000

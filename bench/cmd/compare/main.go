@@ -45,6 +45,7 @@ type options struct {
 	idleJobs     int
 	cancelJobs   int
 	only         string
+	concurrency  int
 	cpuProfile   string
 	riverProfile string
 }
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "single inserts per second of the paced start-latency run")
 	flag.IntVar(&o.idleJobs, "idle-jobs", 500, "jobs of the idle pickup run, one at a time")
 	flag.IntVar(&o.cancelJobs, "cancel-jobs", 100, "running jobs cancelled, one at a time")
+	flag.IntVar(&o.concurrency, "flotilla-concurrency", benchmark.BestConcurrency, "flotilla's node concurrency with its best settings")
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run (insert, burndown, default, latency, idle, cancel); default all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of flotilla's best burn-down in the first run to this file")
 	flag.StringVar(&o.riverProfile, "river-cpuprofile", "", "write a CPU profile of River's best burn-down in the first run to this file")
@@ -72,7 +74,7 @@ func main() {
 	for name, v := range map[string]int{
 		"runs": o.runs, "insert-jobs": o.insertJobs, "insert-batch": o.insertBatch, "burn-jobs": o.burnJobs,
 		"default-jobs": o.defaultJobs, "latency-jobs": o.latencyJobs, "latency-rate": o.latencyRate,
-		"idle-jobs": o.idleJobs, "cancel-jobs": o.cancelJobs,
+		"idle-jobs": o.idleJobs, "cancel-jobs": o.cancelJobs, "flotilla-concurrency": o.concurrency,
 	} {
 		if v < 1 {
 			fmt.Fprintf(os.Stderr, "compare: -%s %d: it must be at least 1\n", name, v)
@@ -322,7 +324,7 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 	}
 	cfg := node.Config{NodeID: "bench"}
 	if settings == "best" {
-		cfg.Concurrency = benchmark.BestConcurrency
+		cfg.Concurrency = o.concurrency
 	}
 	stopProfile := startProfile(profile, o.cpuProfile)
 	bd, err := benchmark.BurnDown(ctx, s, jobs, cfg, nil)
@@ -338,7 +340,9 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 	}
 	st := after.Sub(before)
 	res.add("BurnDown", "flotilla", settings, jobs, bd.Elapsed, "jobs/s", bd.JobsPerSecond(),
-		statMetrics(st, jobs, bd.Calls)...)
+		append(statMetrics(st, jobs, bd.Calls),
+			metric{"server-cpu-us/job", perJobMicros(bd.ServerCPU, jobs)},
+			metric{"client-cpu-us/job", perJobMicros(bd.ClientCPU, jobs)})...)
 
 	// River
 	rdb, err := riverDatabase(ctx, o.dsn)
@@ -359,7 +363,7 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 		st2 = riverDefault
 	}
 	stopProfile = startProfile(profile, o.riverProfile)
-	d, statements, err := riverBurnDown(ctx, rdb.dsn, jobs, st2)
+	rr, err := riverBurnDown(ctx, rdb.dsn, jobs, st2)
 	stopProfile()
 	if err != nil {
 		return err
@@ -369,10 +373,16 @@ func benchBurnDown(ctx context.Context, o options, res *results, settings string
 	if err != nil {
 		return err
 	}
-	res.add("BurnDown", "river", settings, jobs, d, "jobs/s", benchmark.PerSecond(jobs, d),
+	res.add("BurnDown", "river", settings, jobs, rr.elapsed, "jobs/s", benchmark.PerSecond(jobs, rr.elapsed),
 		append(statMetrics(rafter.Sub(rbefore), jobs, benchmark.CallCounts{}),
-			metric{"statements/job", float64(statements) / float64(jobs)})...)
+			metric{"statements/job", float64(rr.statements) / float64(jobs)},
+			metric{"server-cpu-us/job", perJobMicros(rr.serverCPU, jobs)},
+			metric{"client-cpu-us/job", perJobMicros(rr.clientCPU, jobs)})...)
 	return nil
+}
+
+func perJobMicros(d time.Duration, jobs int) float64 {
+	return float64(d.Nanoseconds()) / 1000 / float64(jobs)
 }
 
 // statMetrics turns database counters into per-job figures.

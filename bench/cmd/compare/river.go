@@ -168,39 +168,43 @@ func riverInsert(ctx context.Context, dsn string, jobs, batch int, fast bool) (t
 	return time.Since(start), nil
 }
 
-// riverBurnDown works the backlog already in the database, jobs no-op jobs,
-// and returns the time from the client's start to the last completion
-// event, and the statements the client sent. The table is analyzed before
-// the clock starts.
-func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) (time.Duration, int64, error) {
-	d, tracer, err := riverBurnDownCounted(ctx, dsn, jobs, st)
-	return d, tracer.n.Load(), err
+// riverRun is what a River burn-down measured.
+type riverRun struct {
+	elapsed              time.Duration
+	statements           int64
+	serverCPU, clientCPU time.Duration
 }
 
-func riverBurnDownCounted(ctx context.Context, dsn string, jobs int, st riverSettings) (time.Duration, *statementCounter, error) {
+// riverBurnDown works the backlog already in the database, jobs no-op jobs,
+// timed from the client's start to the last completion event. The table is
+// analyzed before the clock starts.
+func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) (riverRun, error) {
 	tracer := &statementCounter{}
 	pool, err := riverPoolTraced(ctx, dsn, st, tracer)
 	if err != nil {
-		return 0, tracer, err
+		return riverRun{}, err
 	}
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, `ANALYZE river_job`); err != nil {
-		return 0, tracer, err
+		return riverRun{}, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
 	client, err := newRiverClient(pool, st, workers)
 	if err != nil {
-		return 0, tracer, err
+		return riverRun{}, err
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{
 		ChanSize: jobs + 1000,
 		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled},
 	})
 	defer cancel()
+	serverBefore, cpuErr := benchmark.ReadBackendCPU(ctx, pool)
+	statementsBefore := tracer.n.Load()
+	clientBefore := benchmark.ProcessCPU()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, tracer, err
+		return riverRun{}, err
 	}
 	defer func() { _ = client.Stop(context.WithoutCancel(ctx)) }()
 	var last time.Time
@@ -210,7 +214,7 @@ func riverBurnDownCounted(ctx context.Context, dsn string, jobs int, st riverSet
 		select {
 		case ev := <-events:
 			if ev.Kind != river.EventKindJobCompleted {
-				return 0, tracer, fmt.Errorf("river burn-down: job %d: %s", ev.Job.ID, ev.Kind)
+				return riverRun{}, fmt.Errorf("river burn-down: job %d: %s", ev.Job.ID, ev.Kind)
 			}
 			done++
 			last = time.Now()
@@ -218,12 +222,22 @@ func riverBurnDownCounted(ctx context.Context, dsn string, jobs int, st riverSet
 				stall.Reset(benchmark.StallTimeout)
 			}
 		case <-stall.C:
-			return 0, tracer, fmt.Errorf("river burn-down: stalled after %d of %d jobs", done, jobs)
+			return riverRun{}, fmt.Errorf("river burn-down: stalled after %d of %d jobs", done, jobs)
+		case <-ctx.Done():
+			return riverRun{}, context.Cause(ctx)
 		}
 	}
-	// ANALYZE is not the client's work.
-	tracer.n.Add(-1)
-	return last.Sub(start), tracer, nil
+	r := riverRun{
+		elapsed: last.Sub(start), statements: tracer.n.Load() - statementsBefore,
+		clientCPU: benchmark.ProcessCPU() - clientBefore,
+	}
+	if cpuErr == nil {
+		if after, err := benchmark.ReadBackendCPU(ctx, pool); err == nil {
+			r.serverCPU = after.Since(serverBefore)
+			r.statements-- // the read itself
+		}
+	}
+	return r, nil
 }
 
 // riverStartLatency mirrors benchmark.StartLatency: single inserts, paced at
