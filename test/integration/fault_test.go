@@ -138,9 +138,17 @@ WHERE t.node = 'standby' AND t.status = 'running'
 	if hp.exited() {
 		t.Fatalf("the woken holder exited")
 	}
-	health := r.readyz("holder")
-	if !health.ready || health.Held != "" || health.Standby != low.Len() {
-		t.Errorf("the woken holder's /readyz: %+v; want ready, holding nothing, standing by for %d buckets", health, low.Len())
+	// Ready again once its first renewal since waking is answered, as a
+	// standby: holding nothing, waiting for the 32 buckets.
+	var health healthReport
+	if !poll(failoverWithin, func() bool {
+		health = r.readyz("holder")
+		return health.ready
+	}) {
+		t.Fatalf("after %v the woken holder is not ready: %+v", failoverWithin, health)
+	}
+	if health.Held != "" || health.Standby != low.Len() {
+		t.Errorf("the woken holder's /readyz: %+v; want it holding nothing, standing by for %d buckets", health, low.Len())
 	}
 
 	submitted.wait()
