@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/tcpproxy"
 )
 
@@ -369,7 +370,7 @@ func (r *rig) waitUntilRunning(node string, n int) {
 
 // waitForRenewal waits until node renews its leases of set (their expiry
 // moves on), and returns their epochs then.
-func (r *rig) waitForRenewal(node string, set interface{ Contains(int) bool }) map[int]int64 {
+func (r *rig) waitForRenewal(node string, set bucket.Set) map[int]int64 {
 	r.t.Helper()
 	first := r.mustBuckets()
 	var expiry time.Time

@@ -67,6 +67,11 @@ func run() int {
 		httpAddr     = fs.String("http", "", "serve /healthz and /readyz on this address")
 		logLevel     = fs.String("log-level", "info", "debug, info, warn or error")
 	)
+	var allowExec []string
+	fs.Func("allow-exec", "let exec tasks run this executable (repeatable)", func(v string) error {
+		allowExec = append(allowExec, v)
+		return nil
+	})
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return exitInvalid
 	}
@@ -110,7 +115,8 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, *dsn, *ledgerDSN, *maxConns, *httpAddr, cfg, log); err != nil {
+	exec := kinds.ExecConfig{Allowed: allowExec, Grace: cfg.StopGrace}
+	if err := serve(ctx, *dsn, *ledgerDSN, *maxConns, *httpAddr, cfg, exec, log); err != nil {
 		log.Error("testworker failed", zap.Error(err))
 		if errors.Is(err, store.ErrNodeAlive) {
 			return exitRefused
@@ -121,7 +127,8 @@ func run() int {
 }
 
 // serve runs the node until ctx ends, then shuts it down gracefully.
-func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr string, cfg node.Config, log *zap.Logger) error {
+func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr string, cfg node.Config,
+	exec kinds.ExecConfig, log *zap.Logger) error {
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	s, err := postgres.New(startCtx, dsn, postgres.WithMaxConns(maxConns), postgres.WithApplicationName("flotilla-testworker"))
@@ -143,7 +150,7 @@ func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr st
 		return err
 	}
 	kinds.Register(n)
-	kinds.RegisterExec(n, kinds.ExecConfig{Grace: cfg.StopGrace})
+	kinds.RegisterExec(n, exec)
 	n.Register(ProbeKind, ledger.probe)
 
 	if httpAddr != "" {
