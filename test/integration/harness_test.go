@@ -2,6 +2,12 @@
 // `worker run` processes on one PostgreSQL database, driven and inspected
 // through the command line and the flotilla client (DESIGN §11). Every test
 // gets a database of its own (testdb.New) and skips under -short.
+//
+// The fault scenarios (fault_test.go, pgrestart_test.go, soak_test.go) run
+// the test worker of ./testworker instead, whose probe kind keeps a ledger
+// of every execution, and break the fleet with kill -9, SIGSTOP, a proxy
+// between a node and PostgreSQL, a PostgreSQL restart and SIGTERM; see
+// rig_test.go, verify_test.go and docs/reliability.md.
 package integration
 
 import (
