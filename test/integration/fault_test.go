@@ -172,12 +172,13 @@ SELECT task_id FROM flotilla_task_events WHERE node = 'holder' AND at > $1 ORDER
 		len(logLinesOf(hp, "fenced")), fig)
 }
 
-// TestFaultPartition: a node connected to PostgreSQL through a proxy. Cut
-// off for less than its bucket lease TTL, it keeps serving and stops
-// nothing: the renewal that fails is not a lost lease. Cut off for longer,
-// it stops claiming at its local deadline, before the lease can expire in
-// the database, its standby takes over, and once the cut heals it rejoins
-// as a standby.
+// TestFaultPartition: a node connected to PostgreSQL through a proxy. Over
+// a slow link, and cut off for less than its bucket lease TTL, it keeps
+// serving and stops nothing: a renewal that fails is not a lost lease.
+// Partitioned for longer (a black hole: its statements hang rather than
+// fail), it stops claiming at its local deadline, before the lease can
+// expire in the database, its standby takes over, and once the partition
+// heals it rejoins as a standby.
 func TestFaultPartition(t *testing.T) {
 	needsIntegration(t)
 	r := newRig(t)
@@ -200,10 +201,18 @@ func TestFaultPartition(t *testing.T) {
 	r.waitUntilRunning("cutoff", 5)
 	cp := r.rigNode("cutoff").proc
 
+	// A slow link: every chunk held for 30 ms each way, over two renewals.
+	const lag = 30 * time.Millisecond
+	epochsBefore := r.waitForRenewal("cutoff", low)
+	proxy.Delay(lag)
+	r.waitForRenewal("cutoff", low)
+	r.waitForRenewal("cutoff", low)
+	proxy.Delay(0)
+
 	// A short cut: half a TTL, begun just after a renewal, so that the
 	// next renewal fails and the one after succeeds.
 	const short = scenarioLeaseTTL / 2
-	epochsBefore := r.waitForRenewal("cutoff", low)
+	r.waitForRenewal("cutoff", low)
 	cutAt := time.Now()
 	proxy.Cut()
 	watch := time.NewTicker(pollInterval)
@@ -222,28 +231,30 @@ func TestFaultPartition(t *testing.T) {
 	epochsAfter := r.waitForRenewal("cutoff", low)
 	for b, e := range epochsBefore {
 		if epochsAfter[b] != e {
-			t.Errorf("bucket %d: epoch %d before the short cut, %d after; want it kept", b, e, epochsAfter[b])
+			t.Errorf("bucket %d: epoch %d before the slow link and the short cut, %d after; want it kept", b, e, epochsAfter[b])
 		}
 	}
 	for _, msg := range []string{"bucket lease deadline passed", "bucket leases lost", "cancelling handler"} {
 		if ls := logLinesOf(cp, msg); len(ls) > 0 {
-			t.Errorf("during a cut of %v the node logged %q: it stopped something", short, msg)
+			t.Errorf("over a slow link and a cut of %v the node logged %q: it stopped something", short, msg)
 		}
 	}
 	interrupted := r.queryInts(context.Background(),
 		`SELECT task_id FROM probe_ledger WHERE node = 'cutoff' AND outcome LIKE 'interrupted%' ORDER BY task_id`)
 	if len(interrupted) > 0 {
-		t.Errorf("a cut of %v interrupted %d executions of the cut-off node, e.g. %v", short, len(interrupted), head(interrupted))
+		t.Errorf("a slow link and a cut of %v interrupted %d executions of the cut-off node, e.g. %v", short, len(interrupted), head(interrupted))
 	}
 	failedRenewals := len(logLinesOf(cp, "bucket lease renewal failed"))
 	if failedRenewals == 0 {
 		t.Errorf("no renewal failed during the cut of %v: the short cut tested nothing", short)
 	}
 
-	// A long cut: until the standby has held the buckets for a while.
+	// A long partition, until the standby has taken over and runs tasks:
+	// a black hole, in which statements hang instead of failing, so that
+	// only the node's own deadline timer can stop it in time.
 	r.waitUntilRunning("cutoff", 3)
 	longAt := time.Now()
-	proxy.Cut()
+	proxy.Blackhole()
 	r.waitUntilHeld("standby", low, failoverWithin)
 	takeover := time.Since(longAt)
 	r.waitUntilRunning("standby", 1)
@@ -261,10 +272,11 @@ func TestFaultPartition(t *testing.T) {
 	longHealed := time.Now()
 	r.fault(cutAt, healedAt)
 	r.fault(longAt, longHealed.Add(scenarioLeaseTTL))
-	// It stopped at its local deadline: before TTL had passed since the cut
-	// (its last renewal was sent before it), and it started nothing after.
+	// It stopped at its local deadline: before TTL had passed since the
+	// partition (its last renewal was sent before it), and it started
+	// nothing after.
 	if d := stepDown.Sub(longAt); d > scenarioLeaseTTL {
-		t.Errorf("the cut-off node stepped down %v after the cut, later than its TTL %v", d, scenarioLeaseTTL)
+		t.Errorf("the cut-off node stepped down %v after the partition, later than its TTL %v", d, scenarioLeaseTTL)
 	}
 	startedLate := r.queryInts(context.Background(), `
 SELECT task_id FROM probe_ledger WHERE node = 'cutoff' AND started_at > $1 AND started_at < $2 ORDER BY task_id`,
@@ -280,8 +292,8 @@ SELECT task_id FROM probe_ledger WHERE node = 'cutoff' AND started_at > $1 AND s
 	submitted.wait()
 	r.waitUntilSettled(tasks, settleWithin)
 	fig := r.verify()
-	t.Logf("figures: scenario=partition short_cut=%v failed_renewals=%d long_cut=%v step_down_after_cut=%v takeover_after_cut=%v %s",
-		short, failedRenewals, longHealed.Sub(longAt).Round(time.Millisecond), stepDown.Sub(longAt).Round(time.Millisecond),
+	t.Logf("figures: scenario=partition slow_link=%v short_cut=%v failed_renewals=%d long_blackhole=%v step_down_after_partition=%v takeover_after_partition=%v %s",
+		lag, short, failedRenewals, longHealed.Sub(longAt).Round(time.Millisecond), stepDown.Sub(longAt).Round(time.Millisecond),
 		takeover.Round(time.Millisecond), fig)
 }
 
