@@ -10,3 +10,8 @@ import "syscall"
 func processAttributes() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// stopped reports whether process pid is stopped by a signal. Only Linux
+// can tell (procattr_linux_test.go); elsewhere SIGSTOP is taken to have
+// stopped it once sent.
+func stopped(int) (bool, error) { return true, nil }

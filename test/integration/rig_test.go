@@ -248,16 +248,28 @@ func (r *rig) kill9(id string) time.Time {
 	return at
 }
 
-// freeze stops the node's process with SIGSTOP; thaw resumes it.
+// freeze stops the node's process with SIGSTOP, and returns once every
+// thread of it has stopped: the time it returns is after the process's
+// last step. thaw resumes it, and returns the time before the signal: the
+// process may run from then on.
 func (r *rig) freeze(id string) time.Time {
 	r.t.Helper()
 	n := r.rigNode(id)
-	at := time.Now()
-	if err := syscall.Kill(n.pid(), syscall.SIGSTOP); err != nil {
+	pid := n.pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		r.t.Fatalf("SIGSTOP %s: %v", id, err)
 	}
+	var lastErr error
+	if !poll(startWithin, func() bool {
+		var ok bool
+		ok, lastErr = stopped(pid)
+		return ok
+	}) {
+		r.t.Fatalf("%s (pid %d) did not stop within %v of SIGSTOP (last error: %v)", id, pid, startWithin, lastErr)
+	}
+	at := time.Now()
 	r.mu.Lock()
-	r.frozen[n.pid()] = append(r.frozen[n.pid()], window{from: at})
+	r.frozen[pid] = append(r.frozen[pid], window{from: at})
 	r.mu.Unlock()
 	return at
 }
@@ -265,10 +277,10 @@ func (r *rig) freeze(id string) time.Time {
 func (r *rig) thaw(id string) time.Time {
 	r.t.Helper()
 	n := r.rigNode(id)
+	at := time.Now()
 	if err := syscall.Kill(n.pid(), syscall.SIGCONT); err != nil {
 		r.t.Fatalf("SIGCONT %s: %v", id, err)
 	}
-	at := time.Now()
 	r.mu.Lock()
 	ws := r.frozen[n.pid()]
 	ws[len(ws)-1].to = at

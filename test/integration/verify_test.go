@@ -303,9 +303,9 @@ FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id ORDER BY l.task_id
 					continue
 				}
 				fig.overlaps++
-				problems = append(problems, fmt.Sprintf("task %d: attempt %d on %s (%s to %s) overlaps attempt %d on %s (from %s)",
-					id, a.attempt, a.node, a.start.Format(time.StampMicro), a.end.Format(time.StampMicro),
-					b.attempt, b.node, b.start.Format(time.StampMicro)))
+				problems = append(problems, fmt.Sprintf("task %d: attempt %d on %s (pid %d, %s to %s, %s, current at its end: %s) overlaps attempt %d on %s (from %s)",
+					id, a.attempt, a.node, a.pid, a.start.Format(time.StampMicro), a.end.Format(time.StampMicro), a.outcome,
+					describeCurrent(a.current), b.attempt, b.node, b.start.Format(time.StampMicro)))
 			}
 		}
 	}
@@ -326,6 +326,16 @@ ORDER BY e.task_id`)
 	if len(unproven) > 0 {
 		r.t.Errorf("%d tasks succeeded with an attempt the ledger does not show done, e.g. %v", len(unproven), head(unproven))
 	}
+}
+
+func describeCurrent(c *bool) string {
+	switch {
+	case c == nil:
+		return "not recorded"
+	case *c:
+		return "yes"
+	}
+	return "no"
 }
 
 // lateAfterFreeze reports whether execution a overlaps b only because a's
