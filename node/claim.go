@@ -11,11 +11,23 @@ import (
 // maxClaimBatch bounds one claim statement, whatever the concurrency.
 const maxClaimBatch = 1000
 
-// capacity is how many more attempts the node can start now.
+// capacity is how many more attempts the node can start now: at most
+// Concurrency handlers run at once, and at most Concurrency attempts whose
+// handler has returned wait beside them for their outcome to be written.
+//
+// Counting the waiting outcomes in full against Concurrency, as a node did
+// before, halved the claim batches under a backlog of short tasks: with
+// 100 slots, a claim of about 37 tasks ran while as many outcomes were
+// being written and as many more waited for the next write, and a
+// database's fixed cost per statement (planning, commit) dominated, at
+// three times the database CPU per task of claims of 1,000. The allowance
+// keeps the claims about as large as the handlers allow, while still
+// bounding what a node holds when its writes fall behind (a slow or
+// unreachable database) to twice Concurrency.
 func (n *Node) capacity() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cfg.Concurrency - len(n.running)
+	return min(n.cfg.Concurrency-n.active, 2*n.cfg.Concurrency-len(n.running))
 }
 
 // claimPass claims and starts as many tasks as the node can start now.
