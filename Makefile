@@ -62,12 +62,13 @@ endif
 endif
 
 soak: ## Run the soak: 100,000 tasks over 4 nodes under kill -9 (minutes; not in CI)
-	FLOTILLA_SOAK=1 $(GO) test -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/integration/
+	$(GO) test -tags soak -race -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/integration/
 
 lint: ## Check gofmt, go vet, staticcheck and that go.mod is tidy
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then \
 		echo 'gofmt -l: these files need gofmt -w:'; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags soak ./test/integration/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) mod tidy -diff
 

@@ -1,3 +1,8 @@
+//go:build soak
+
+// The soak is built only with the soak tag (`make soak`): it takes minutes
+// and is not part of CI.
+
 package integration
 
 import (
@@ -8,19 +13,12 @@ import (
 	"time"
 )
 
-// soakEnv is set by `make soak`, and only there: the soak takes several
-// minutes and is not part of CI.
-const soakEnv = "FLOTILLA_SOAK"
-
 // TestSoak: 100,000 probe tasks over four nodes with disjoint buckets,
 // while every 10 s a node chosen at random is killed with SIGKILL and
 // started again, until the last task is in. FLOTILLA_SOAK_TASKS changes
 // the number of tasks. The checks are the scenarios' (verify).
 func TestSoak(t *testing.T) {
 	needsIntegration(t)
-	if os.Getenv(soakEnv) == "" {
-		t.Skip("the soak runs with `make soak` (" + soakEnv + "=1)")
-	}
 	tasks := 100_000
 	if s := os.Getenv("FLOTILLA_SOAK_TASKS"); s != "" {
 		n, err := strconv.Atoi(s)
