@@ -43,6 +43,8 @@ func BenchmarkBurnDownSpread(b *testing.B) {
 			// pool's queue rather than the database's work.
 			wait := tb.store.Pool().Stat().AcquireDuration() - acquired
 			b.ReportMetric(float64(wait.Nanoseconds())/1000/float64(b.N), "pool-wait-us/task")
+			b.ReportMetric(float64(r.ServerCPU.Nanoseconds())/1000/float64(b.N), "server-cpu-us/task")
+			b.ReportMetric(float64(r.ClientCPU.Nanoseconds())/1000/float64(b.N), "client-cpu-us/task")
 		})
 	}
 }
