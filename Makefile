@@ -30,7 +30,7 @@ INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/int
 RESTART_TEST := TestFaultPostgresRestart
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench tidy clean
+.PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -74,6 +74,9 @@ lint: ## Check gofmt, go vet, staticcheck and that go.mod is tidy
 
 bench: ## Run the benchmarks
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+bench-compare: ## Run flotilla and River side by side (bench/; needs PostgreSQL; about 20 minutes)
+	cd bench && $(GO) run ./cmd/compare -runs 3 -idle-jobs 200
 
 tidy: ## Tidy go.mod and go.sum
 	$(GO) mod tidy

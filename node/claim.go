@@ -15,15 +15,15 @@ const maxClaimBatch = 1000
 // Concurrency handlers run at once, and at most Concurrency attempts whose
 // handler has returned wait beside them for their outcome to be written.
 //
-// Counting the waiting outcomes in full against Concurrency, as a node did
-// before, halved the claim batches under a backlog of short tasks: with
-// 100 slots, a claim of about 37 tasks ran while as many outcomes were
-// being written and as many more waited for the next write, and a
-// database's fixed cost per statement (planning, commit) dominated, at
-// three times the database CPU per task of claims of 1,000. The allowance
-// keeps the claims about as large as the handlers allow, while still
-// bounding what a node holds when its writes fall behind (a slow or
-// unreachable database) to twice Concurrency.
+// Counting the waiting outcomes in full against Concurrency would halve the
+// claim batches under a backlog of short tasks: with 100 slots, claims of
+// about 37 tasks would run while as many outcomes were being written and as
+// many more waited for the next write, and the database's fixed cost per
+// statement (planning, commit) would dominate, at three times the database
+// CPU per task of claims of 1,000. The allowance keeps the claims about as
+// large as the handlers allow, while still bounding what a node holds when
+// its writes fall behind (a slow or unreachable database) to twice
+// Concurrency.
 func (n *Node) capacity() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -97,7 +97,8 @@ type Node struct {
 	fleetOK bool
 	// running holds every attempt this node has claimed and not yet
 	// settled: its handler is running, or its outcome is waiting to be
-	// written. Its size is what counts against Concurrency.
+	// written. With active, it bounds the claims (see capacity): at most
+	// Concurrency handlers, and at most twice Concurrency attempts in all.
 	running map[task.Ref]*attempt
 	// active counts handlers that have not returned.
 	active int
