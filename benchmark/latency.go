@@ -55,9 +55,6 @@ func StartLatency(ctx context.Context, s *postgres.Store, cfg node.Config, lc La
 	if lc.Rate < 0 {
 		return Percentiles{}, fmt.Errorf("start latency: rate %d per second is negative", lc.Rate)
 	}
-	if lc.Submitters <= 0 {
-		lc.Submitters = DefaultSubmitters
-	}
 	started := make(chan time.Duration, lc.Jobs)
 	n, err := startNode(ctx, s, cfg, LatencyKind, func(_ context.Context, t *task.Task) error {
 		now := time.Now()
@@ -81,12 +78,35 @@ func StartLatency(ctx context.Context, s *postgres.Store, cfg node.Config, lc La
 		_, err := n.Submit(ctx, node.SubmitRequest{Kind: LatencyKind, Payload: payload})
 		return err
 	}
+	p, err := MeasureStarts(ctx, lc, submit, started, progress)
+	if err != nil {
+		return Percentiles{}, fmt.Errorf("start latency: %w", err)
+	}
+	return p, nil
+}
+
+// MeasureStarts drives a start-latency run for any system: lc.Jobs calls of
+// submit, paced at lc.Rate a second from lc.Submitters goroutines, or one at
+// a time with a wait for each start when the rate is zero. started delivers
+// each task's time from submission to the start of its handler, as the
+// handler measured it. StartLatency and the comparison with River both use
+// it, so that the two systems are driven alike.
+func MeasureStarts(ctx context.Context, lc LatencyConfig, submit func() error, started <-chan time.Duration, progress func(done int)) (Percentiles, error) {
+	if lc.Jobs <= 0 {
+		return Percentiles{}, fmt.Errorf("%d jobs; give at least 1", lc.Jobs)
+	}
+	if lc.Rate < 0 {
+		return Percentiles{}, fmt.Errorf("rate %d per second is negative", lc.Rate)
+	}
+	if lc.Submitters <= 0 {
+		lc.Submitters = DefaultSubmitters
+	}
 	samples := make([]time.Duration, 0, lc.Jobs)
 	errs := make(chan error, lc.Submitters)
 	collect := func() error {
 		select {
 		case err := <-errs:
-			return fmt.Errorf("start latency: submit: %w", err)
+			return fmt.Errorf("submit: %w", err)
 		case d := <-started:
 			samples = append(samples, d)
 			if progress != nil {
@@ -94,7 +114,7 @@ func StartLatency(ctx context.Context, s *postgres.Store, cfg node.Config, lc La
 			}
 			return nil
 		case <-time.After(StallTimeout):
-			return fmt.Errorf("start latency: no task started for %v (%d of %d)", StallTimeout, len(samples), lc.Jobs)
+			return fmt.Errorf("no task started for %v (%d of %d)", StallTimeout, len(samples), lc.Jobs)
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -103,7 +123,7 @@ func StartLatency(ctx context.Context, s *postgres.Store, cfg node.Config, lc La
 	if lc.Rate == 0 {
 		for range lc.Jobs {
 			if err := submit(); err != nil {
-				return Percentiles{}, fmt.Errorf("start latency: submit: %w", err)
+				return Percentiles{}, fmt.Errorf("submit: %w", err)
 			}
 			if err := collect(); err != nil {
 				return Percentiles{}, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -240,13 +239,10 @@ func riverBurnDown(ctx context.Context, dsn string, jobs int, st riverSettings) 
 	return r, nil
 }
 
-// riverStartLatency mirrors benchmark.StartLatency: single inserts, paced at
-// lc.Rate a second from lc.Submitters goroutines (or one at a time when the
-// rate is zero), timed from the call to Insert to the start of Work.
+// riverStartLatency mirrors benchmark.StartLatency, driven by the same
+// benchmark.MeasureStarts: timed from the call to Insert to the start of
+// Work.
 func riverStartLatency(ctx context.Context, dsn string, st riverSettings, lc benchmark.LatencyConfig) (benchmark.Percentiles, error) {
-	if lc.Submitters <= 0 {
-		lc.Submitters = benchmark.DefaultSubmitters
-	}
 	pool, err := riverPool(ctx, dsn, st)
 	if err != nil {
 		return benchmark.Percentiles{}, err
@@ -268,65 +264,11 @@ func riverStartLatency(ctx context.Context, dsn string, st riverSettings, lc ben
 		_, err := client.Insert(ctx, latencyArgs{SubmittedNS: time.Now().UnixNano()}, nil)
 		return err
 	}
-	errs := make(chan error, lc.Submitters)
-	samples := make([]time.Duration, 0, lc.Jobs)
-	collect := func() error {
-		select {
-		case err := <-errs:
-			return err
-		case d := <-w.started:
-			samples = append(samples, d)
-			return nil
-		case <-time.After(benchmark.StallTimeout):
-			return fmt.Errorf("river start latency: stalled after %d of %d jobs", len(samples), lc.Jobs)
-		}
+	p, err := benchmark.MeasureStarts(ctx, lc, insert, w.started, nil)
+	if err != nil {
+		return benchmark.Percentiles{}, fmt.Errorf("river start latency: %w", err)
 	}
-	if lc.Rate == 0 {
-		for range lc.Jobs {
-			if err := insert(); err != nil {
-				return benchmark.Percentiles{}, err
-			}
-			if err := collect(); err != nil {
-				return benchmark.Percentiles{}, err
-			}
-		}
-		return benchmark.PercentilesOf(samples), nil
-	}
-	work := make(chan struct{}, lc.Jobs)
-	var wg sync.WaitGroup
-	for range lc.Submitters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range work {
-				if err := insert(); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	go func() {
-		defer close(work)
-		tick := time.NewTicker(time.Second / time.Duration(lc.Rate))
-		defer tick.Stop()
-		for range lc.Jobs {
-			<-tick.C
-			work <- struct{}{}
-		}
-	}()
-	var runErr error
-	for range lc.Jobs {
-		if runErr = collect(); runErr != nil {
-			break
-		}
-	}
-	if runErr != nil {
-		for range work {
-		}
-	}
-	wg.Wait()
-	return benchmark.PercentilesOf(samples), runErr
+	return p, nil
 }
 
 // riverCancel mirrors benchmark.StopToCancel with JobCancel.
