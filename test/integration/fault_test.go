@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -60,13 +59,7 @@ func TestFaultKillNineAndRestart(t *testing.T) {
 	defer tick.Stop()
 	for time.Since(began) < run {
 		<-tick.C
-		s := threeNodes[rand.IntN(len(threeNodes))]
-		killed := r.kill9(s.id)
-		r.waitUntilGone(s.id)
-		r.start(s)
-		r.waitUntilHeld(s.id, mustSet(t, s.buckets), failoverWithin)
-		recoveries = append(recoveries, time.Since(killed))
-		r.fault(killed, time.Now())
+		recoveries = append(recoveries, r.killAndRestart(threeNodes, failoverWithin))
 	}
 	submitted.wait()
 	r.waitUntilSettled(tasks, settleWithin)

@@ -248,6 +248,21 @@ func (r *rig) kill9(id string) time.Time {
 	return at
 }
 
+// killAndRestart kills a node chosen at random with SIGKILL, starts it
+// again under its id once its registration has expired, and waits until it
+// holds its buckets again. The time from the kill to that is a fault window
+// for the schedule check, and is returned.
+func (r *rig) killAndRestart(nodes []nodeSpec, within time.Duration) time.Duration {
+	r.t.Helper()
+	s := nodes[rand.IntN(len(nodes))]
+	killed := r.kill9(s.id)
+	r.waitUntilGone(s.id)
+	r.start(s)
+	r.waitUntilHeld(s.id, mustSet(r.t, s.buckets), within)
+	r.fault(killed, time.Now())
+	return time.Since(killed)
+}
+
 // freeze stops the node's process with SIGSTOP, and returns once every
 // thread of it has stopped: the time it returns is after the process's
 // last step. thaw resumes it, and returns the time before the signal: the

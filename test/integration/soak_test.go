@@ -6,7 +6,6 @@
 package integration
 
 import (
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
@@ -60,13 +59,7 @@ kills:
 			break kills
 		case <-tick.C:
 		}
-		s := nodes[rand.IntN(len(nodes))]
-		killed := r.kill9(s.id)
-		r.waitUntilGone(s.id)
-		r.start(s)
-		r.waitUntilHeld(s.id, mustSet(t, s.buckets), failoverWithin)
-		recoveries = append(recoveries, time.Since(killed))
-		r.fault(killed, time.Now())
+		recoveries = append(recoveries, r.killAndRestart(nodes, failoverWithin))
 	}
 	submitted.wait()
 	r.waitUntilSettled(tasks, 20*time.Minute)
