@@ -81,9 +81,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	// A bad flag value is invalid input (exit 2) with a one-line message,
 	// not a page of help on stdout.
-	for _, c := range app.Commands {
-		c.OnUsageError = usageError
+	var setUsageError func([]*cli.Command)
+	setUsageError = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			c.OnUsageError = usageError
+			setUsageError(c.Subcommands)
+		}
 	}
+	setUsageError(app.Commands)
 	return app
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 func scheduleCommand() *cli.Command {
-	cmd := &cli.Command{
+	return &cli.Command{
 		Name:  "schedule",
 		Usage: "add, list, remove, pause and resume periodic tasks",
 		Subcommands: []*cli.Command{
@@ -43,11 +43,6 @@ func scheduleCommand() *cli.Command {
 				}),
 		},
 	}
-	usageError := func(_ *cli.Context, err error, _ bool) error { return invalid(err) }
-	for _, sub := range cmd.Subcommands {
-		sub.OnUsageError = usageError
-	}
-	return cmd
 }
 
 func scheduleAddCommand() *cli.Command {
