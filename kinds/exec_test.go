@@ -268,17 +268,7 @@ func TestExecStopKillsTheWholeGroup(t *testing.T) {
 
 	pgid := b.waitStarted(t)
 	waitFor(t, "the shell and its sleep to run", func() bool { return len(livingMembers(t, pgid)) >= 2 })
-	stop := errors.New("stopped by operator")
-	cancel(stop)
-
-	select {
-	case err := <-done:
-		if !errors.Is(err, stop) {
-			t.Errorf("err = %v, want the stop cause", err)
-		}
-	case <-time.After(execPatience):
-		t.Fatal("the handler did not return after its context was cancelled")
-	}
+	stopAndWait(t, cancel, done, "the handler did not return after its context was cancelled")
 	waitFor(t, fmt.Sprintf("process group %d to be gone", pgid), func() bool { return groupGone(t, pgid) })
 	if res := execResult(t, tk); res.Signal != "SIGKILL" {
 		t.Errorf("result %+v, want the shell killed by SIGKILL", res)
@@ -296,16 +286,7 @@ func TestExecStopEndsAWellBehavedChildBeforeTheGrace(t *testing.T) {
 	go func() { done <- b.runner.run(ctx, tk) }()
 
 	pgid := b.waitStarted(t)
-	stop := errors.New("stopped by operator")
-	cancel(stop)
-	select {
-	case err := <-done:
-		if !errors.Is(err, stop) {
-			t.Errorf("err = %v, want the stop cause", err)
-		}
-	case <-time.After(execPatience):
-		t.Fatal("sleep did not end on SIGTERM")
-	}
+	stopAndWait(t, cancel, done, "sleep did not end on SIGTERM")
 	waitFor(t, fmt.Sprintf("process group %d to be gone", pgid), func() bool { return groupGone(t, pgid) })
 	if res := execResult(t, tk); res.Signal != "SIGTERM" {
 		t.Errorf("result %+v, want sleep ended by SIGTERM", res)
@@ -455,4 +436,20 @@ func livingMembers(t *testing.T, pgid int) []int {
 		living = append(living, pid)
 	}
 	return living
+}
+
+// stopAndWait cancels a running attempt with a stop cause and waits for its
+// handler to return that cause, failing with late if it does not return.
+func stopAndWait(t *testing.T, cancel context.CancelCauseFunc, done <-chan error, late string) {
+	t.Helper()
+	stop := errors.New("stopped by operator")
+	cancel(stop)
+	select {
+	case err := <-done:
+		if !errors.Is(err, stop) {
+			t.Errorf("err = %v, want the stop cause", err)
+		}
+	case <-time.After(execPatience):
+		t.Fatal(late)
+	}
 }
