@@ -106,7 +106,7 @@ func (c *countingStore) AdvanceActive(ctx context.Context, owner string, batch [
 	return out, err
 }
 
-func (c *countingStore) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) ([]task.Ref, error) {
+func (c *countingStore) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) (store.Renewal, error) {
 	c.renewals.Add(1)
 	return c.Store.RenewTaskLeases(ctx, owner, refs, ttl)
 }

@@ -122,7 +122,15 @@ func decide(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy
 		case done:
 			return res, nil
 		case issue:
-			cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: kind, Reason: reason, IssuedBy: issuedBy})
+			// Issued only on the task as it was read: a command decided on
+			// a running task must not land on the task it became since (a
+			// retry waiting to run again, which nothing would stop).
+			cmd, err := s.IssueCommand(ctx, store.NewCommand{
+				TaskID: id, Kind: kind, Reason: reason, IssuedBy: issuedBy, ExpectVersion: t.StatusVersion,
+			})
+			if errors.Is(err, store.ErrConflict) {
+				continue // the task moved: decide again on what it is now
+			}
 			if err != nil {
 				return Result{}, fmt.Errorf("%s task %d: %w", kind, id, err)
 			}

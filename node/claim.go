@@ -25,9 +25,8 @@ const maxClaimBatch = 1000
 // its writes fall behind (a slow or unreachable database) to twice
 // Concurrency.
 func (n *Node) capacity() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return min(n.cfg.Concurrency-n.active, 2*n.cfg.Concurrency-len(n.running))
+	registered, active, _ := n.attempts.counts()
+	return min(n.cfg.Concurrency-active, 2*n.cfg.Concurrency-registered)
 }
 
 // claimPass claims and starts as many tasks as the node can start now.
@@ -59,6 +58,9 @@ func (n *Node) claimPass(ctx context.Context) {
 		// slow claim is rolled back there rather than committed behind a
 		// client that has stopped listening.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+		// The task leases start in the database after this moment, so the
+		// attempts' local deadlines count from it.
+		sent := n.cfg.Clock.Now()
 		claimed, err := n.store.ClaimTasks(cctx, store.ClaimRequest{
 			Owner:    n.incarnation,
 			Node:     n.id,
@@ -73,7 +75,7 @@ func (n *Node) claimPass(ctx context.Context) {
 			return
 		}
 		for _, t := range claimed {
-			n.launch(t)
+			n.launch(t, sent)
 		}
 		if len(claimed) < free {
 			return

@@ -57,16 +57,11 @@ func (n *Node) commandPass(ctx context.Context) {
 	}
 }
 
-// attemptOf returns this node's unsettled attempt of task id, if any.
+// attemptOf returns the attempt of task id this node means to finish: not
+// given up, the latest claim among them. An abandoned attempt whose handler
+// has yet to return is never the one a command applies to.
 func (n *Node) attemptOf(id int64) *attempt {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for ref, a := range n.running {
-		if ref.ID == id {
-			return a
-		}
-	}
-	return nil
+	return n.attempts.current(id)
 }
 
 func commandFields(a *attempt, cmd store.Command) []zap.Field {
@@ -101,12 +96,12 @@ func (n *Node) applyCommand(ctx context.Context, cmd store.Command) {
 // applyStop stops an attempt: stopping, then its handler cancelled. The
 // write comes first so that the trail reads running -> stopping -> stopped.
 func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
-	n.mu.Lock()
+	a.mu.Lock()
 	skip := a.done || a.abandoned != nil || a.stopCommand != 0
 	if !skip {
 		a.stopCommand = cmd.ID
 	}
-	n.mu.Unlock()
+	a.mu.Unlock()
 	if skip {
 		// Already being stopped, or settling: the completion's write
 		// honours and acknowledges the stop.
@@ -119,9 +114,9 @@ func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 	switch {
 	case err != nil:
 		n.log.Warn("applying a stop failed; will retry at the next poll", append(commandFields(a, cmd), zap.Error(err))...)
-		n.mu.Lock()
+		a.mu.Lock()
 		a.stopCommand = 0
-		n.mu.Unlock()
+		a.mu.Unlock()
 		return
 	case errors.Is(o.Err, store.ErrFenced):
 		n.log.Warn("stop not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)
@@ -134,24 +129,20 @@ func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 	}
 	n.log.Info("stopping task: cancelling its handler", append(commandFields(a, cmd), zap.String("status", string(o.Status)))...)
 	a.cancel(ErrStopRequested)
-	n.mu.Lock()
+	a.mu.Lock()
 	if !a.done {
 		a.stopGrace = n.cfg.Clock.AfterFunc(n.cfg.StopGrace, func() { n.abandonStopped(a, cmd) })
 	}
-	n.mu.Unlock()
+	a.mu.Unlock()
 }
 
 // abandonStopped gives up a stopped handler that has not returned within
 // StopGrace: the task is written stopped now, and the handler is left to
 // end on its own; its writes from here on are fenced.
 func (n *Node) abandonStopped(a *attempt, cmd store.Command) {
-	n.mu.Lock()
-	if a.done || a.abandoned != nil {
-		n.mu.Unlock()
+	if !a.abandon(fmt.Errorf("handler ignored its stop for %v", n.cfg.StopGrace)) {
 		return
 	}
-	a.abandoned = fmt.Errorf("handler ignored its stop for %v", n.cfg.StopGrace)
-	n.mu.Unlock()
 	n.log.Warn("stopped handler did not return in time: task recorded stopped, handler abandoned; "+
 		"its later writes will be fenced", append(commandFields(a, cmd), zap.Duration("grace", n.cfg.StopGrace))...)
 	n.completer.add(a, store.ActiveTransition{
@@ -162,10 +153,7 @@ func (n *Node) abandonStopped(a *attempt, cmd store.Command) {
 
 // applyPause asks the handler to pause at its next checkpoint.
 func (n *Node) applyPause(ctx context.Context, a *attempt, cmd store.Command) {
-	n.mu.Lock()
-	settling := a.done || a.abandoned != nil
-	n.mu.Unlock()
-	if settling {
+	if done, abandoned := a.state(); done || abandoned != nil {
 		return // its outcome is on its way; the command stays pending until then
 	}
 	o, err := n.advanceOne(ctx, store.ActiveTransition{

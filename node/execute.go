@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/flotilla-dev/flotilla/bucket"
-	"github.com/flotilla-dev/flotilla/internal/clock"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -39,70 +37,49 @@ func (InlineExecutor) Execute(run func()) { run() }
 // errAttemptOver releases an attempt's context once its handler returned.
 var errAttemptOver = errors.New("attempt over")
 
-// attempt is one claimed attempt of a task on this node.
-type attempt struct {
-	// view is the handler's copy of the task; the fields below are the
-	// node's own, so a handler that changes view cannot confuse the node.
-	view    *task.Task
-	handler Handler
-	ref     task.Ref
-	bucket  int
-	epoch   int64
-	number  int // attempt number, counting this one
-	max     int // max attempts
-	timeout clock.Timer
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	// pauseRequested makes the handler's checkpoint answer task.ErrPaused.
-	pauseRequested atomic.Bool
-
-	// Guarded by Node.mu.
-	done      bool  // the handler has returned
-	abandoned error // why the attempt was given up without a write
-	// stopCommand is the stop command applied to the attempt (0: none);
-	// stopGrace abandons the handler if it has not returned in time.
-	stopCommand int64
-	stopGrace   clock.Timer
-}
-
-func (a *attempt) fields() []zap.Field {
-	return []zap.Field{
-		zap.Int64("task", a.ref.ID), zap.Int64("claim_seq", a.ref.ClaimSeq),
-		zap.Int("bucket", a.bucket), zap.Int64("epoch", a.epoch), zap.Int("attempt", a.number),
-	}
-}
-
-// launch starts a claimed task. The attempt joins the running set before
-// the lease check, under the same lock as bucketsLost, so that a bucket lost
-// at any moment either cancels the attempt there or is seen here.
-func (n *Node) launch(t *task.Task) {
+// launch starts a claimed task, sent being the moment on the node's clock
+// before the claim was sent: the database started the task lease no earlier.
+//
+// The attempt's context derives from its bucket lease's context under the
+// epoch it was claimed in, so a bucket lost at any moment, before this line
+// or after, cancels it; an attempt whose bucket is not held under that epoch
+// any more is abandoned before its handler starts.
+func (n *Node) launch(t *task.Task, sent time.Time) {
 	h := n.handlers[t.Kind] // immutable after Start
 	a := &attempt{
 		view: t, handler: h, ref: t.Ref(), bucket: t.Bucket, epoch: t.Epoch,
 		number: t.Attempt, max: t.MaxAttempts,
 	}
-	a.ctx, a.cancel = context.WithCancelCause(n.runCtx)
+	epoch, leaseCtx, held := n.keeper.lease(a.bucket)
+	if !held || epoch != a.epoch {
+		leaseCtx = n.runCtx // only for the shape: the attempt is abandoned below
+	}
+	a.ctx, a.cancel = context.WithCancelCause(leaseCtx)
 	t.BindAttempt(&attemptHooks{n: n, a: a})
+	n.attempts.add(a)
 
-	n.mu.Lock()
-	n.running[a.ref] = a
-	n.active++
-	n.broadcastLocked()
-	switch epoch, held := n.keeper.Holds(a.bucket); {
+	switch {
 	case h == nil:
 		// The claim asks only for registered kinds; a store that answered
 		// with another is wrong, and the task is left to be rescued.
-		a.abandoned = fmt.Errorf("kind %q is not registered on this node", t.Kind)
-		a.cancel(a.abandoned)
+		a.abandon(fmt.Errorf("kind %q is not registered on this node", t.Kind))
 	case !held || epoch != a.epoch:
-		a.abandoned = ErrBucketLost
-		a.cancel(ErrBucketLost)
-	case n.draining:
-		a.cancel(ErrShuttingDown)
+		a.abandon(ErrBucketLost)
+	default:
+		// The lease's context ends with the bucket: the attempt is then
+		// given up without a write, as its writes would be fenced.
+		a.mu.Lock()
+		a.stopBucketWatch = context.AfterFunc(leaseCtx, func() {
+			if a.abandon(ErrBucketLost) {
+				n.log.Warn("cancelling handler: bucket lease lost", a.fields()...)
+			}
+		})
+		a.mu.Unlock()
+		if n.isDraining() {
+			a.cancel(ErrShuttingDown)
+		}
 	}
-	n.mu.Unlock()
+	n.renewer.track(a, sent)
 
 	if t.Timeout > 0 {
 		a.timeout = n.cfg.Clock.AfterFunc(t.Timeout, func() { a.cancel(ErrTimeout) })
@@ -151,41 +128,30 @@ func (e *panicError) Error() string {
 // finish settles an attempt whose handler has returned: an abandoned one is
 // dropped without a write, any other has its outcome queued for the store.
 func (n *Node) finish(a *attempt, err error) {
-	if a.timeout != nil {
-		a.timeout.Stop()
-	}
+	a.stopTimers()
 	cause := context.Cause(a.ctx)
+	a.mu.Lock()
+	if a.abandoned == nil && errors.Is(cause, ErrBucketLost) {
+		// The bucket's context ended and its watch has not run yet.
+		a.abandoned = ErrBucketLost
+	}
+	a.done = true // abandon leaves it alone from here on: its outcome stands
+	abandoned := a.abandoned
+	a.mu.Unlock()
 	a.cancel(errAttemptOver)
 
-	n.mu.Lock()
-	a.done = true // abandonLocked leaves it alone from here on: its outcome stands
-	if a.stopGrace != nil {
-		a.stopGrace.Stop()
-	}
-	abandoned := a.abandoned
 	if abandoned != nil {
-		delete(n.running, a.ref)
-		n.handlerReturnedLocked()
-	}
-	n.mu.Unlock()
-
-	if abandoned != nil {
+		n.attempts.returned(a, true)
 		n.log.Warn("abandoned: "+abandonReason(abandoned), append(a.fields(), zap.NamedError("handler_error", err))...)
 		n.claimLoop.poke()
+		// A rescue of the task may have waited for this handler.
+		n.rescuer.loop.poke()
 		return
 	}
 	n.completer.add(a, n.decide(a, err, cause))
 	// Counted as returned only once its outcome is queued, so that a
 	// shutdown that sees no handler running finds every outcome queued.
-	n.mu.Lock()
-	n.handlerReturnedLocked()
-	n.mu.Unlock()
-}
-
-// handlerReturnedLocked counts a handler out. n.mu must be held.
-func (n *Node) handlerReturnedLocked() {
-	n.active--
-	n.broadcastLocked()
+	n.attempts.returned(a, false)
 }
 
 // abandonReason is the log message of an abandoned attempt.
@@ -197,36 +163,6 @@ func abandonReason(why error) string {
 		return "task lease not renewed"
 	default:
 		return why.Error()
-	}
-}
-
-// abandonLocked gives an attempt up: its handler is cancelled, and nothing
-// is written for it, since the store would fence the write. n.mu must be
-// held.
-func (n *Node) abandonLocked(a *attempt, why error) {
-	if a.done || a.abandoned != nil {
-		return
-	}
-	a.abandoned = why
-	a.cancel(why)
-	n.log.Warn("cancelling handler: "+abandonReason(why), a.fields()...)
-}
-
-// bucketsLost is the keeper's news of buckets this node must stop using:
-// the handlers of their tasks are cancelled. An attempt claimed under the
-// epoch the node holds now (the bucket was lost and taken again) is kept.
-func (n *Node) bucketsLost(buckets []int) {
-	lost := bucket.Of(buckets...)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, a := range n.running {
-		if !lost.Contains(a.bucket) {
-			continue
-		}
-		if epoch, held := n.keeper.Holds(a.bucket); held && epoch == a.epoch {
-			continue
-		}
-		n.abandonLocked(a, ErrBucketLost)
 	}
 }
 

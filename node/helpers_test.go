@@ -108,6 +108,11 @@ func newNodeOn(t testing.TB, s store.Store, cfg Config, handlers map[string]Hand
 		if err := n.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown of %s: %v", n.ID(), err)
 		}
+		// An outcome the store refused (not fenced: refused) is a bug in
+		// the node or the store, never an expected event.
+		if got := n.refusals.Load(); got != 0 {
+			t.Errorf("node %s: the store refused %d outcomes; the log says which", n.ID(), got)
+		}
 	})
 	return n
 }

@@ -38,9 +38,10 @@ type leaseKeeper struct {
 	log       *zap.Logger
 
 	// onAcquired is told of buckets taken (or taken again under a new
-	// epoch), so the node can rescue their tasks at once. onLost is told of
-	// buckets it must stop using, so the node can cancel their handlers.
-	// Both are called without the keeper's lock held.
+	// epoch), so the node can rescue their tasks at once. It is called
+	// without the keeper's lock held. Buckets lost need no news: the
+	// lease's context (lease) ends, and with it every attempt claimed
+	// under it; onLost, when set, is told of them all the same.
 	onAcquired func([]store.HeldBucket)
 	onLost     func([]int)
 
@@ -54,6 +55,19 @@ type leaseKeeper struct {
 type heldLease struct {
 	epoch    int64
 	deadline time.Time // local: sent + ttl - margin, on this process's clock
+	// ctx lives as long as this lease under this epoch: it is cancelled
+	// (cause ErrBucketLost) when the bucket is lost, its deadline passes,
+	// or it is taken again under a new epoch. Attempts claimed under the
+	// epoch derive their contexts from it, as an etcd session's Done does
+	// for the work done under its lease.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// newHeldLease starts the context of a lease just acquired.
+func newHeldLease(epoch int64, deadline time.Time) heldLease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return heldLease{epoch: epoch, deadline: deadline, ctx: ctx, cancel: cancel}
 }
 
 // deadlineMargin is the default safety margin between the local deadline
@@ -86,19 +100,22 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	for _, l := range leases {
 		cur, had := k.held[l.Bucket]
 		switch {
+		case l.Held && had && cur.epoch == l.Epoch:
+			cur.deadline = deadline
+			k.held[l.Bucket] = cur
 		case l.Held:
-			if had && cur.epoch != l.Epoch {
+			if had {
 				// Lost and taken again since the last tick: whatever ran
 				// under the old epoch is fenced and must stop.
+				cur.cancel(ErrBucketLost)
 				lost = append(lost, l.Bucket)
 			}
-			if !had || cur.epoch != l.Epoch {
-				acquired = append(acquired, store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch})
-			}
-			k.held[l.Bucket] = heldLease{epoch: l.Epoch, deadline: deadline}
+			acquired = append(acquired, store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch})
+			k.held[l.Bucket] = newHeldLease(l.Epoch, deadline)
 		default:
 			if had {
 				// A definite answer: someone else holds it now.
+				cur.cancel(ErrBucketLost)
 				delete(k.held, l.Bucket)
 				lost = append(lost, l.Bucket)
 			}
@@ -115,9 +132,10 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 		k.log.Info("bucket leases acquired", zap.String("buckets", describeHeld(acquired)))
 	}
 	if len(lost) > 0 {
-		k.log.Warn("bucket leases lost to another node; stopped claiming there",
+		k.log.Warn("bucket leases lost to another node, or taken again under a new epoch; "+
+			"stopped claiming there and cancelled the handlers of the old epoch",
 			zap.String("buckets", bucket.Of(lost...).String()))
-		k.onLost(lost)
+		k.tellLost(lost)
 	}
 	if standbyChanged && len(waiting) > 0 {
 		k.log.Info("standing by for buckets held by live nodes", zap.String("waiting", describeStandby(waiting)))
@@ -137,6 +155,7 @@ func (k *leaseKeeper) expire() {
 	k.mu.Lock()
 	for b, h := range k.held {
 		if !now.Before(h.deadline) {
+			h.cancel(ErrBucketLost)
 			delete(k.held, b)
 			lost = append(lost, b)
 		}
@@ -145,8 +164,14 @@ func (k *leaseKeeper) expire() {
 	k.mu.Unlock()
 	if len(lost) > 0 {
 		sort.Ints(lost)
-		k.log.Warn("bucket lease deadline passed without a renewal; stopped claiming there",
-			zap.String("buckets", bucket.Of(lost...).String()))
+		k.log.Warn("bucket lease deadline passed without a renewal; stopped claiming there "+
+			"and cancelled the handlers", zap.String("buckets", bucket.Of(lost...).String()))
+		k.tellLost(lost)
+	}
+}
+
+func (k *leaseKeeper) tellLost(lost []int) {
+	if k.onLost != nil {
 		k.onLost(lost)
 	}
 }
@@ -186,14 +211,21 @@ func (k *leaseKeeper) Held() []store.HeldBucket {
 
 // Holds reports whether this node may use bucket b now, and under which epoch.
 func (k *leaseKeeper) Holds(b int) (int64, bool) {
+	epoch, _, ok := k.lease(b)
+	return epoch, ok
+}
+
+// lease returns the epoch under which this node may use bucket b now, and
+// the context that ends with the lease under that epoch.
+func (k *leaseKeeper) lease(b int) (int64, context.Context, bool) {
 	now := k.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	h, ok := k.held[b]
 	if !ok || !now.Before(h.deadline) {
-		return 0, false
+		return 0, nil, false
 	}
-	return h.epoch, true
+	return h.epoch, h.ctx, true
 }
 
 func (k *leaseKeeper) heldSet() bucket.Set {
@@ -205,20 +237,43 @@ func (k *leaseKeeper) heldSet() bucket.Set {
 	return bucket.Of(bs...)
 }
 
-// release gives up every lease this incarnation holds. It runs at shutdown,
-// after the node's tasks are settled, with its own short timeout so that a
-// cancelled parent context cannot skip it; expiry is the backstop.
-func (k *leaseKeeper) release(ctx context.Context) {
+// release gives up the leases this incarnation holds, except those of the
+// buckets in keep. It runs at shutdown, after the node's tasks are settled,
+// with its own short timeout so that a cancelled parent context cannot skip
+// it; expiry is the backstop. A bucket in keep is one where a handler is
+// still running: its lease is left to lapse, as after a crash, so that the
+// next holder cannot take the bucket (and rescue the task) before the
+// database's expiry, and not at once.
+func (k *leaseKeeper) release(ctx context.Context, keep bucket.Set) {
 	k.mu.Lock()
+	var give []int
+	for b, h := range k.held {
+		h.cancel(ErrBucketLost)
+		if !keep.Contains(b) {
+			give = append(give, b)
+		}
+	}
 	k.held = map[int]heldLease{}
 	if k.timer != nil {
 		k.timer.Stop()
 		k.timer = nil
 	}
 	k.mu.Unlock()
+	if keep.Len() > 0 {
+		k.log.Warn("bucket leases left to lapse: handlers still run in them",
+			zap.String("buckets", keep.String()))
+		if len(give) == 0 {
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	released, err := k.store.ReleaseBuckets(ctx, k.owner, bucket.Set{})
+	// An empty set releases every lease of the owner.
+	only := bucket.Set{}
+	if keep.Len() > 0 {
+		only = bucket.Of(give...)
+	}
+	released, err := k.store.ReleaseBuckets(ctx, k.owner, only)
 	if err != nil {
 		k.log.Warn("releasing bucket leases failed; they will expire", zap.Error(err))
 		return
@@ -226,10 +281,14 @@ func (k *leaseKeeper) release(ctx context.Context) {
 	k.log.Info("bucket leases released", zap.String("buckets", bucket.Of(released...).String()))
 }
 
-// stopTimer ends the deadline timer; the keeper is no longer used.
+// stopTimer ends the deadline timer and the leases' contexts; the keeper
+// is no longer used.
 func (k *leaseKeeper) stopTimer() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	for _, h := range k.held {
+		h.cancel(ErrBucketLost)
+	}
 	if k.timer != nil {
 		k.timer.Stop()
 		k.timer = nil

@@ -279,7 +279,7 @@ func TestReleaseLetsAStandbyTakeOverAtOnce(t *testing.T) {
 	standby, _ := lb.keeper(t, lb.store, "b", bucket.Of(3))
 	_ = standby.tick(context.Background())
 
-	holder.release(context.Background())
+	holder.release(context.Background(), bucket.Set{})
 	if len(holder.Held()) != 0 {
 		t.Error("the releasing node still holds buckets")
 	}
@@ -288,5 +288,80 @@ func TestReleaseLetsAStandbyTakeOverAtOnce(t *testing.T) {
 	}
 	if epoch, ok := standby.Holds(3); !ok || epoch != 2 {
 		t.Errorf("standby after release: held=%v epoch=%d, want epoch 2 without waiting for expiry", ok, epoch)
+	}
+}
+
+func TestRetakingItsOwnBucketUnderANewEpochEndsTheOldEpochsContext(t *testing.T) {
+	// The node's lease ran out in the database (a long pause, a slow
+	// renewal) before its local deadline passed, and its next tick took
+	// the bucket back under epoch + 1. The attempts claimed under the old
+	// epoch are fenced in the store, and must stop here too.
+	lb := setupLeases(t)
+	k, ev := lb.keeper(t, lb.store, "a", bucket.Of(3))
+	if err := k.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	oldEpoch, oldCtx, ok := k.lease(3)
+	if !ok {
+		t.Fatal("bucket 3 not held after the first tick")
+	}
+	if err := lb.store.ExpireBucketLease(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	newEpoch, newCtx, ok := k.lease(3)
+	if !ok || newEpoch != oldEpoch+1 {
+		t.Fatalf("after the retake: held %v under epoch %d, want epoch %d", ok, newEpoch, oldEpoch+1)
+	}
+	select {
+	case <-oldCtx.Done():
+	default:
+		t.Fatal("the old epoch's context is still live: its handlers would keep running beside the new epoch's")
+	}
+	if cause := context.Cause(oldCtx); !errors.Is(cause, ErrBucketLost) {
+		t.Errorf("the old epoch's context ended with %v, want ErrBucketLost", cause)
+	}
+	if newCtx.Err() != nil {
+		t.Errorf("the new epoch's context is done: %v", context.Cause(newCtx))
+	}
+	if got := ev.lostBuckets(); len(got) != 1 || got[0] != 3 {
+		t.Errorf("lost buckets reported %v, want [3]", got)
+	}
+	// A plain renewal under the same epoch keeps the context.
+	if err := k.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, again, _ := k.lease(3); again != newCtx || newCtx.Err() != nil {
+		t.Error("a renewal under the same epoch replaced or ended the lease's context")
+	}
+}
+
+func TestAPassedDeadlineEndsTheLeasesContext(t *testing.T) {
+	lb := setupLeases(t)
+	k, _ := lb.keeper(t, lb.store, "a", bucket.Of(4))
+	if err := k.tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx, _ := k.lease(4)
+	lb.clock.Advance(testTTL) // no renewal: past the local deadline
+	eventuallyDone(t, ctx)
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrBucketLost) {
+		t.Errorf("the lease's context ended with %v, want ErrBucketLost", cause)
+	}
+	if _, _, ok := k.lease(4); ok {
+		t.Error("the bucket is still held past its local deadline")
+	}
+}
+
+// eventuallyDone waits for ctx to end, failing the test after a generous
+// deadline: the keeper's timer runs in a goroutine of its own.
+func eventuallyDone(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the context did not end within 10s")
 	}
 }

@@ -88,6 +88,8 @@ type Node struct {
 	// life serialises Start and Shutdown.
 	life sync.Mutex
 
+	// mu guards the node's lifecycle state, its handlers and its view of
+	// the fleet; the attempts have a registry, and a lock, of their own.
 	mu       sync.Mutex
 	state    state
 	handlers map[string]Handler
@@ -95,19 +97,17 @@ type Node struct {
 	// Submit); fleetOK says it has been.
 	fleet   store.Meta
 	fleetOK bool
-	// running holds every attempt this node has claimed and not yet
-	// settled: its handler is running, or its outcome is waiting to be
-	// written. With active, it bounds the claims (see capacity): at most
-	// Concurrency handlers, and at most twice Concurrency attempts in all.
-	running map[task.Ref]*attempt
-	// active counts handlers that have not returned.
-	active int
+
+	// attempts holds every attempt this node has claimed and not yet
+	// settled (see capacity).
+	attempts *attempts
 	// draining is set once Shutdown has begun: new attempts are released
 	// without running.
-	draining bool
-	// changed is closed and replaced whenever running or active changes,
-	// so that Shutdown can wait for them without polling.
-	changed chan struct{}
+	draining atomic.Bool
+	// refusals counts outcomes the store refused for a reason other than
+	// fencing: each is a bug in the node or the store, which tests check
+	// never happens.
+	refusals atomic.Int64
 
 	// Set by Start, read-only afterwards.
 	kinds    []string
@@ -119,13 +119,13 @@ type Node struct {
 	leaseLoop     *loop
 	heartbeatLoop *loop
 	claimLoop     *loop
-	renewLoop     *loop
 	listenLoop    *loop
 	commandLoop   *loop
 	scheduleLoop  *loop
 	scheduler     *scheduler
 	completer     *completer
 	rescuer       *rescuer
+	renewer       *renewer
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
@@ -154,12 +154,10 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		incarnation:   cfg.NodeID + "/" + randomHex(8),
 		stmtTimeout:   max(cfg.BucketLeaseHeartbeat/2, 100*time.Millisecond),
 		handlers:      map[string]Handler{},
-		running:       map[task.Ref]*attempt{},
-		changed:       make(chan struct{}),
+		attempts:      newAttempts(),
 		leaseLoop:     newLoop("bucket lease"),
 		heartbeatLoop: newLoop("node heartbeat"),
 		claimLoop:     newLoop("claim"),
-		renewLoop:     newLoop("task lease renewal"),
 		listenLoop:    newLoop("notification listener"),
 		commandLoop:   newLoop("command"),
 		scheduleLoop:  newLoop("schedule"),
@@ -169,6 +167,11 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	n.log = cfg.Logger.With(zap.String("node", n.id))
 	n.completer = newCompleter(n)
 	n.rescuer = newRescuer(n)
+	n.renewer = &renewer{
+		store: s, owner: n.incarnation, attempts: n.attempts, clock: cfg.Clock,
+		ttl: cfg.TaskLeaseTTL, margin: taskLeaseMargin(cfg.TaskLeaseTTL), stmtTimeout: n.stmtTimeout,
+		log: n.log, loop: newLoop("task lease renewal"),
+	}
 	return n, nil
 }
 
@@ -324,7 +327,6 @@ func (n *Node) start(ctx context.Context) error {
 		ttl: n.cfg.BucketLeaseTTL, heartbeat: n.cfg.BucketLeaseHeartbeat,
 		margin: deadlineMargin(n.cfg.BucketLeaseTTL), clock: n.cfg.Clock, log: n.log,
 		onAcquired: n.bucketsAcquired,
-		onLost:     n.bucketsLost,
 		held:       map[int]heldLease{},
 	}
 	n.mu.Lock()
@@ -335,7 +337,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := keeper.tick(ctx); err != nil {
 		// Leave nothing behind: a lease the statement may have taken after
 		// all, and the registration.
-		keeper.release(ctx)
+		keeper.release(ctx, bucket.Set{})
 		keeper.stopTimer()
 		n.stopRegistration(ctx)
 		return fmt.Errorf("node %s: taking bucket leases: %w", n.id, err)
@@ -386,9 +388,7 @@ func (n *Node) startLoops() {
 	must(n.heartbeatLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.heartbeatLoop.wake, false, n.heartbeat)
 	}))
-	must(n.renewLoop.start(ctx, func(ctx context.Context) {
-		every(ctx, c.Clock, c.TaskLeaseTTL/3, n.renewLoop.wake, false, n.renewTaskLeases)
-	}))
+	must(n.renewer.loop.start(ctx, n.renewer.run))
 	must(n.claimLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
@@ -448,8 +448,5 @@ func (n *Node) bucketsAcquired([]store.HeldBucket) {
 	n.rescuer.loop.poke()
 }
 
-// broadcastLocked wakes whoever waits on n.changed. n.mu must be held.
-func (n *Node) broadcastLocked() {
-	close(n.changed)
-	n.changed = make(chan struct{})
-}
+// isDraining reports whether Shutdown has begun.
+func (n *Node) isDraining() bool { return n.draining.Load() }

@@ -272,9 +272,8 @@ func TestLosingABucketCancelsItsHandlersAndFencesTheirOutcome(t *testing.T) {
 		t.Errorf("handler cancelled with %v, want ErrBucketLost", cause)
 	}
 	eventually(t, "the old node dropped the attempt", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
-		return len(old.running) == 0
+		registered, _, _ := old.attempts.counts()
+		return registered == 0
 	})
 	got := b.get(t, tk.ID)
 	if got.Status == task.Succeeded {
@@ -328,14 +327,12 @@ func TestAnAttemptWhoseTaskLeaseIsNotRenewedIsCancelled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	n.renewLoop.poke()
+	n.renewer.loop.poke()
 	if cause := receive(t, causes, "the handler's cancellation"); !errors.Is(cause, ErrTaskLeaseLost) {
 		t.Errorf("handler cancelled with %v, want ErrTaskLeaseLost", cause)
 	}
 	eventually(t, "the attempt was dropped", func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return len(n.running) == 0 || n.running[cur.Ref()] == nil
+		return len(n.attempts.ofTask(cur.ID)) == 0
 	})
 }
 

@@ -19,7 +19,7 @@ import (
 //   - task.ErrPaused after a pause was requested: paused, with the
 //     progress the handler saved.
 //   - cancelled for a shutdown: released to queued; the attempt does not
-//     count.
+//     count. A task that was pausing is paused instead.
 //   - cancelled by the task's timeout: retrying while attempts remain, else
 //     timed_out.
 //   - any other error, a panic included: retrying while attempts remain,
@@ -47,6 +47,13 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 		}
 	case errors.Is(err, task.ErrPaused) && a.pauseRequested.Load():
 		tr.To, tr.Reason = task.Paused, "paused at a checkpoint"
+	case errors.Is(cause, ErrShuttingDown) && a.pauseRequested.Load():
+		// A pausing task cannot go back to queued: it was asked to pause,
+		// and it is paused, keeping the progress it saved.
+		tr.To, tr.Reason = task.Paused, "paused at shutdown before reaching a checkpoint"
+		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {
+			tr.Error = err.Error()
+		}
 	case errors.Is(cause, ErrShuttingDown):
 		tr.To, tr.Reason = task.Queued, "released at shutdown"
 		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {

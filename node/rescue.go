@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla/reconcile"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // rescuer is the node's reconcile loop: it rescues the expired tasks of the
@@ -49,6 +50,7 @@ func (r *rescuer) pass(ctx context.Context) {
 		Buckets:          held,
 		Backoff:          n.backoff,
 		StatementTimeout: n.stmtTimeout,
+		InUse:            n.stillRunsHere,
 	})
 	for _, e := range rep.Entries {
 		n.logRescue(e)
@@ -56,8 +58,9 @@ func (r *rescuer) pass(ctx context.Context) {
 	if len(rep.Entries) > 0 {
 		n.log.Info("reconcile pass",
 			zap.Int("rescued", rep.Rescued()), zap.Int("retried", rep.Retried), zap.Int("lost", rep.Lost),
-			zap.Int("stopped", rep.Stopped), zap.Int("conflicts", rep.Conflicts), zap.Int("fenced", rep.Fenced),
-			zap.Int("refused", rep.Refused))
+			zap.Int("stopped", rep.Stopped), zap.Int("paused", rep.Paused), zap.Int("conflicts", rep.Conflicts),
+			zap.Int("fenced", rep.Fenced), zap.Int("refused", rep.Refused), zap.Int("busy", rep.Busy),
+			zap.Int("in_use", rep.InUse), zap.Int("failed", rep.Failed))
 	}
 	if rep.Retried > 0 {
 		// A retry due at once is claimable now; a later one is found by
@@ -68,6 +71,26 @@ func (r *rescuer) pass(ctx context.Context) {
 		// What is left is still expired: the next pass finds it again.
 		n.log.Warn("rescuing expired tasks failed; will retry", zap.Error(err))
 	}
+}
+
+// stillRunsHere reports whether a handler of t still runs on this node, and
+// cancels it: the task's lease expired in the database, so whatever the
+// handler does now is fenced, and the task must not be rescued, claimed and
+// run again here while it runs. The rescue waits for a later pass; the
+// handler's return pokes one.
+func (n *Node) stillRunsHere(t *task.Task) bool {
+	running := false
+	for _, a := range n.attempts.ofTask(t.ID) {
+		if done, _ := a.state(); done {
+			continue
+		}
+		running = true
+		if a.abandon(ErrTaskLeaseLost) {
+			n.log.Warn("cancelling handler: its task lease expired in the database and the task is "+
+				"being rescued", a.fields()...)
+		}
+	}
+	return running
 }
 
 // logRescue logs what became of one expired task.
@@ -85,6 +108,15 @@ func (n *Node) logRescue(e reconcile.Entry) {
 		n.log.Info("rescued a lost attempt; no attempt left, the task is lost", fields...)
 	case reconcile.OutcomeStopped:
 		n.log.Info("rescued a lost attempt; a stop was pending, the task is stopped", fields...)
+	case reconcile.OutcomePaused:
+		n.log.Info("rescued a lost attempt; a pause was pending, the task is paused", fields...)
+	case reconcile.OutcomeInUse:
+		n.log.Info("rescue postponed: the task's handler still runs on this node; it was cancelled", fields...)
+	case reconcile.OutcomeBusy:
+		n.log.Warn("rescue postponed: the task's row is locked by another transaction",
+			append(fields, zap.String("error", e.Err))...)
+	case reconcile.OutcomeFailed:
+		n.log.Warn("rescue of the task failed; will retry", append(fields, zap.String("error", e.Err))...)
 	case reconcile.OutcomeFenced:
 		n.log.Warn("rescue fenced: this node no longer holds the task's bucket under this epoch; "+
 			"its new holder rescues it", append(fields, zap.String("error", e.Err))...)

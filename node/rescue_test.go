@@ -191,9 +191,8 @@ func TestTheRescueLoopFindsAnExpiredTaskLeaseEveryInterval(t *testing.T) {
 	}
 	close(release) // attempt 1 finishes late; its success must not be recorded
 	eventually(t, "the late attempt is settled", func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return len(n.running) == 0
+		registered, _, _ := n.attempts.counts()
+		return registered == 0
 	})
 	if trail := b.trail(t, tk.ID); trail != "queued running retrying running succeeded" {
 		t.Fatalf("trail %q", trail)

@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/bucket"
 )
 
 // Shutdown leaves the fleet gracefully:
@@ -16,15 +18,19 @@ import (
 //  3. it cancels the handlers still running (cause ErrShuttingDown) and,
 //     once each has returned, releases its task to queued without counting
 //     the attempt (a pending stop turns it into stopped instead);
+//     A pausing task whose handler returns without reaching a checkpoint
+//     is released to paused instead, its saved progress kept;
 //  4. it writes every outcome still queued, stops the loops, releases its
 //     bucket leases (announced, so a standby takes over at once) and marks
 //     the node stopped.
 //
 // ctx bounds the whole: when it ends before cancelled handlers return,
-// Shutdown goes on without them and says so in its error; their tasks are
-// rescued by the next holder once their leases lapse. Calling Shutdown again
-// returns the first call's answer; Shutdown without Start only marks the
-// node stopped.
+// Shutdown goes on without them and says so in its error. The buckets of
+// those handlers' tasks are not released: their leases lapse as after a
+// crash, so the next holder takes such a bucket, and rescues the task, only
+// once the database's expiry has passed, never while the handler may still
+// be running in this process. Calling Shutdown again returns the first
+// call's answer; Shutdown without Start only marks the node stopped.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.life.Lock()
 	defer n.life.Unlock()
@@ -45,9 +51,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 func (n *Node) shutdown(ctx context.Context) error {
 	n.log.Info("shutting down: no new claims; waiting for running handlers",
 		zap.Int("running", n.activeHandlers()), zap.Duration("timeout", n.cfg.ShutdownTimeout))
-	n.mu.Lock()
-	n.draining = true
-	n.mu.Unlock()
+	n.draining.Store(true)
 	// Not waited for yet: under the inline executor the claim loop is the
 	// goroutine running a handler.
 	n.claimLoop.signalStop()
@@ -76,10 +80,10 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.claimLoop.stopWithin(ctx)
 	n.completer.loop.stop() // writes every outcome queued so far
 	n.rescuer.loop.stop()
-	n.renewLoop.stop()
+	n.renewer.loop.stop()
 	n.heartbeatLoop.stop()
 	n.leaseLoop.stop()
-	n.keeper.release(ctx)
+	n.keeper.release(ctx, n.bucketsStillRunning())
 	n.keeper.stopTimer()
 	n.stopRegistration(ctx)
 	n.stopRun(ErrShuttingDown)
@@ -99,10 +103,8 @@ func (n *Node) waitHandlers(ctx context.Context, expired <-chan struct{}) bool {
 			loopEnded = nil // ended; a nil channel is never selected again
 		default:
 		}
-		n.mu.Lock()
-		idle, changed := n.active == 0, n.changed
-		n.mu.Unlock()
-		if idle && loopEnded == nil {
+		_, active, changed := n.attempts.counts()
+		if active == 0 && loopEnded == nil {
 			return true
 		}
 		select {
@@ -118,15 +120,13 @@ func (n *Node) waitHandlers(ctx context.Context, expired <-chan struct{}) bool {
 
 // cancelRunning cancels every handler still running, for release.
 func (n *Node) cancelRunning() {
-	n.mu.Lock()
 	var cancelled []*attempt
-	for _, a := range n.running {
-		if !a.done && a.abandoned == nil {
+	for _, a := range n.attempts.all() {
+		if done, abandoned := a.state(); !done && abandoned == nil {
 			a.cancel(ErrShuttingDown)
 			cancelled = append(cancelled, a)
 		}
 	}
-	n.mu.Unlock()
 	sort.Slice(cancelled, func(i, j int) bool { return cancelled[i].ref.ID < cancelled[j].ref.ID })
 	ids := make([]int64, len(cancelled))
 	for i, a := range cancelled {
@@ -139,7 +139,18 @@ func (n *Node) cancelRunning() {
 }
 
 func (n *Node) activeHandlers() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.active
+	_, active, _ := n.attempts.counts()
+	return active
+}
+
+// bucketsStillRunning returns the buckets of the attempts whose handler has
+// not returned: their leases must lapse rather than be handed over.
+func (n *Node) bucketsStillRunning() bucket.Set {
+	var bs []int
+	for _, a := range n.attempts.all() {
+		if done, _ := a.state(); !done {
+			bs = append(bs, a.bucket)
+		}
+	}
+	return bucket.Of(bs...)
 }

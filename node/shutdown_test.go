@@ -33,9 +33,7 @@ func TestShutdownFinishesWhatItCanAndReleasesTheRest(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n.Shutdown(context.Background()) }()
 	eventually(t, "the shutdown began", func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return n.draining
+		return n.isDraining()
 	})
 	// The quick handler finishes within the timeout, and its outcome is
 	// written while the node drains.

@@ -25,6 +25,18 @@ const (
 	// OutcomeRefused: the store refused the move for another reason (the
 	// state machine, a task gone); nothing was written.
 	OutcomeRefused Outcome = "refused"
+	// OutcomePaused: a pause was requested; the task is paused.
+	OutcomePaused Outcome = "paused"
+	// OutcomeBusy: another transaction holds the task's row locked; it was
+	// not waited for, and the next pass tries again.
+	OutcomeBusy Outcome = "busy"
+	// OutcomeInUse: the caller itself still runs an attempt of the task
+	// (Request.InUse); that attempt is cancelled, and the task is rescued
+	// by a later pass once its handler has returned, never beside it.
+	OutcomeInUse Outcome = "in use"
+	// OutcomeFailed: the store call failed (a statement timeout, a lost
+	// connection); nothing was written, and the next pass tries again.
+	OutcomeFailed Outcome = "failed"
 )
 
 // Entry is the rescue of one task.
@@ -54,7 +66,9 @@ type Report struct {
 	DryRun  bool
 	Entries []Entry
 	// Counts of Entries by Outcome.
-	Retried, Lost, Stopped, Conflicts, Fenced, Refused int
+	Retried, Lost, Stopped, Paused, Conflicts, Fenced, Refused int
+	// Counts of the tasks left for a later pass.
+	Busy, InUse, Failed int
 	// Passes counts the listings of expired tasks.
 	Passes int
 	// More is set on a dry run that found a full page: nothing was moved,
@@ -63,7 +77,7 @@ type Report struct {
 }
 
 // Rescued counts the tasks moved (or, on a dry run, that would be).
-func (r Report) Rescued() int { return r.Retried + r.Lost + r.Stopped }
+func (r Report) Rescued() int { return r.Retried + r.Lost + r.Stopped + r.Paused }
 
 func (r *Report) add(e Entry) {
 	r.Entries = append(r.Entries, e)
@@ -80,5 +94,13 @@ func (r *Report) add(e Entry) {
 		r.Fenced++
 	case OutcomeRefused:
 		r.Refused++
+	case OutcomePaused:
+		r.Paused++
+	case OutcomeBusy:
+		r.Busy++
+	case OutcomeInUse:
+		r.InUse++
+	case OutcomeFailed:
+		r.Failed++
 	}
 }

@@ -34,6 +34,12 @@ type Request struct {
 	StatementTimeout time.Duration
 	// DryRun lists and decides, but moves nothing.
 	DryRun bool
+	// InUse, when set, reports whether the caller itself still runs an
+	// attempt of the task, and makes it stop: a node that rescued a task
+	// its own handler still runs could claim it and run it a second time
+	// beside the first. Such a task is left for a later pass
+	// (OutcomeInUse), once that handler has returned.
+	InUse func(t *task.Task) bool
 }
 
 func (r Request) validate() error {
@@ -64,10 +70,16 @@ func (r Request) validate() error {
 // stop is pending. It lists a page of expired tasks at a time until a page
 // comes back short, so a backlog of any size is rescued in one call.
 //
-// A task that moved meanwhile (store.ErrConflict) or a bucket the caller no
-// longer holds (store.ErrFenced) is an outcome in the report, not an error;
-// the error is for a store that could not be asked, and comes with the
-// report of what was done before it.
+// A task that moved meanwhile (store.ErrConflict), a bucket the caller no
+// longer holds (store.ErrFenced), a row another transaction holds locked
+// (not waited for: store.ErrBusy) and a move the store failed to make are
+// outcomes in the report, one task at a time, not errors: one bad row never
+// holds up the rescue of the others. The error is for a store that could not
+// list the expired tasks, or a ctx that ended, and comes with the report of
+// what was done before it.
+// maxFailuresInARow is how many failed moves in a row end a rescue early.
+const maxFailuresInARow = 3
+
 func Rescue(ctx context.Context, s store.Store, req Request) (Report, error) {
 	rep := Report{DryRun: req.DryRun}
 	if err := req.validate(); err != nil {
@@ -85,6 +97,7 @@ func Rescue(ctx context.Context, s store.Store, req Request) (Report, error) {
 		r.epochs[h.Bucket] = h.Epoch
 	}
 
+	failedInARow := 0
 	for len(held) > 0 {
 		tasks, err := r.expired(ctx, held)
 		if err != nil {
@@ -105,7 +118,21 @@ func Rescue(ctx context.Context, s store.Store, req Request) (Report, error) {
 			if err != nil {
 				return rep, err
 			}
+			if ctx.Err() != nil {
+				return rep, fmt.Errorf("reconcile: %w", context.Cause(ctx))
+			}
+			if e.Outcome == OutcomeFailed {
+				failedInARow++
+			} else {
+				failedInARow = 0
+			}
 			rep.add(e)
+			if failedInARow >= maxFailuresInARow {
+				// The store, not one row, is failing: the next pass tries
+				// again rather than spend a timeout on every task.
+				return rep, fmt.Errorf("reconcile: %d moves in a row failed, the last of task %d: %s",
+					failedInARow, t.ID, e.Err)
+			}
 			if e.Outcome == OutcomeFenced {
 				// Every other move in this bucket would be fenced too.
 				r.fenced[t.Bucket] = true
@@ -175,6 +202,11 @@ func (r *rescuer) rescue(ctx context.Context, t *task.Task) (Entry, error) {
 		PreviousOwner: t.Owner, PreviousEpoch: t.Epoch, Epoch: epoch, Attempt: t.Attempt,
 		Reason: m.reason,
 	}
+	if r.req.InUse != nil && !r.req.DryRun && r.req.InUse(t) {
+		e.Outcome, e.To = OutcomeInUse, t.Status
+		e.Err = "an attempt of the task still runs on this node: it was cancelled, and the task is rescued once it returns"
+		return e, nil
+	}
 	if r.req.DryRun {
 		to, err := r.predict(ctx, t, m.to)
 		if err != nil {
@@ -191,7 +223,8 @@ func (r *rescuer) rescue(ctx context.Context, t *task.Task) (Entry, error) {
 	moved, err := r.s.Transition(cctx, store.Transition{
 		ID: t.ID, Version: t.StatusVersion, To: m.to, Reason: m.reason, Error: m.errText,
 		Node: r.req.Node, Epoch: epoch, Delay: m.delay,
-		Guard: &store.LeaseGuard{Owner: r.req.Owner, Epoch: epoch},
+		Guard:  &store.LeaseGuard{Owner: r.req.Owner, Epoch: epoch},
+		NoWait: true,
 	})
 	cancel()
 	var refused *task.TransitionError
@@ -205,10 +238,12 @@ func (r *rescuer) rescue(ctx context.Context, t *task.Task) (Entry, error) {
 		e.Outcome, e.Err, e.To = OutcomeConflict, err.Error(), r.current(ctx, t)
 	case errors.Is(err, store.ErrFenced):
 		e.Outcome, e.Err, e.To = OutcomeFenced, err.Error(), t.Status
+	case errors.Is(err, store.ErrBusy):
+		e.Outcome, e.Err, e.To = OutcomeBusy, err.Error(), t.Status
 	case errors.As(err, &refused), errors.Is(err, store.ErrNotFound):
 		e.Outcome, e.Err, e.To = OutcomeRefused, err.Error(), t.Status
 	default:
-		return e, fmt.Errorf("reconcile: rescuing task %d: %w", t.ID, err)
+		e.Outcome, e.Err, e.To = OutcomeFailed, err.Error(), t.Status
 	}
 	return e, nil
 }
@@ -219,6 +254,8 @@ func outcomeOf(asked, got task.Status) Outcome {
 	switch {
 	case got == task.Stopped:
 		return OutcomeStopped
+	case got == task.Paused:
+		return OutcomePaused
 	case asked == task.Lost:
 		return OutcomeLost
 	default:

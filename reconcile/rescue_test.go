@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +30,12 @@ func TestAnExpiredTaskIsRetriedLostOrStopped(t *testing.T) {
 			want: task.Stopped, outcome: OutcomeStopped},
 		{name: "stopping", maxAttempts: 3, prepare: moveTo(task.Stopping),
 			want: task.Stopped, outcome: OutcomeStopped},
+		// A pending pause wins over the retry: the operator asked for the
+		// task to wait, and it waits, with the progress it saved.
 		{name: "pausing with attempts left", maxAttempts: 3, prepare: moveTo(task.Pausing),
-			want: task.Retrying, outcome: OutcomeRetried},
+			want: task.Paused, outcome: OutcomePaused},
+		{name: "running with a pause pending", maxAttempts: 3, prepare: issuePause,
+			want: task.Paused, outcome: OutcomePaused},
 		{name: "pausing on its last attempt", maxAttempts: 1, prepare: moveTo(task.Pausing),
 			want: task.Lost, outcome: OutcomeLost},
 	}
@@ -90,6 +95,15 @@ func TestAnExpiredTaskIsRetriedLostOrStopped(t *testing.T) {
 				t.Errorf("delay %v for a task that is not retried", e.Delay)
 			}
 		})
+	}
+}
+
+func issuePause(t *testing.T, b *testBundle, _ string, tk *task.Task) {
+	t.Helper()
+	if _, err := b.store.IssueCommand(b.ctx, store.NewCommand{
+		TaskID: tk.ID, Kind: store.CommandPause, Reason: "operator", IssuedBy: "test",
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -302,30 +316,127 @@ func TestRescuePagesThroughABacklog(t *testing.T) {
 	}
 }
 
-// A store that fails ends the rescue with an error and what was done.
-func TestAStoreFailureEndsTheRescueWithTheReportSoFar(t *testing.T) {
+// A move the store fails to make is one task's outcome: the rescue of the
+// others goes on, and the next pass tries the failed one again.
+func TestAFailedMoveIsRecordedAndTheRescueGoesOn(t *testing.T) {
 	b := setup(t)
 	const owner = "node-a/1a2b"
 	held := b.hold(t, owner, 0)
 	first := b.running(t, owner, held, 0, 3)
 	second := b.running(t, owner, held, 0, 3)
-	b.expire(t, first, second)
-	unreachable := errors.New("connection refused")
+	third := b.running(t, owner, held, 0, 3)
+	b.expire(t, first, second, third)
+	timedOut := errors.New("canceling statement due to statement timeout")
 	hooked := &hookedStore{Store: b.store, failMove: func(n int) error {
 		if n == 2 {
-			return unreachable
+			return timedOut
 		}
 		return nil
 	}}
 
 	rep, err := Rescue(b.ctx, hooked, Request{Owner: owner, Node: "node-a", Buckets: held})
-	if !errors.Is(err, unreachable) || !strings.Contains(err.Error(), "task 2") {
-		t.Errorf("error %v, want the store's, naming task 2", err)
+	if err != nil {
+		t.Fatalf("one failed move ended the rescue: %v", err)
 	}
-	if len(rep.Entries) != 1 || rep.Entries[0].TaskID != first.ID || rep.Retried != 1 {
-		t.Errorf("report %+v, want the first task's retry", rep)
+	if rep.Retried != 2 || rep.Failed != 1 || len(rep.Entries) != 3 {
+		t.Fatalf("report %+v, want two retries and one failure", rep)
+	}
+	if e := entryFor(t, rep, second.ID); e.Outcome != OutcomeFailed || !strings.Contains(e.Err, "statement timeout") {
+		t.Errorf("entry of the failed move %+v, want OutcomeFailed with the store's error", e)
 	}
 	b.unchanged(t, second)
+	for _, tk := range []*task.Task{first, third} {
+		if got := b.get(t, tk.ID); got.Status != task.Retrying {
+			t.Errorf("task %d is %s, want retrying", tk.ID, got.Status)
+		}
+	}
+
+	// The next pass tries it again.
+	rep, err = Rescue(b.ctx, b.store, Request{Owner: owner, Node: "node-a", Buckets: held})
+	if err != nil || rep.Retried != 1 || entryFor(t, rep, second.ID).Outcome != OutcomeRetried {
+		t.Errorf("the next pass: %+v %v, want the failed task retried", rep, err)
+	}
+}
+
+// A store that fails every move ends the rescue after a few, with an error
+// and what was done: a pass does not spend a timeout on every task.
+func TestAStoreThatFailsEveryMoveEndsTheRescue(t *testing.T) {
+	b := setup(t)
+	const owner = "node-a/1a2b"
+	held := b.hold(t, owner, 0)
+	var tasks []*task.Task
+	for range 5 {
+		tasks = append(tasks, b.running(t, owner, held, 0, 3))
+	}
+	b.expire(t, tasks...)
+	unreachable := errors.New("connection refused")
+	hooked := &hookedStore{Store: b.store, failMove: func(int) error { return unreachable }}
+
+	rep, err := Rescue(b.ctx, hooked, Request{Owner: owner, Node: "node-a", Buckets: held})
+	if err == nil || !strings.Contains(err.Error(), "connection refused") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("task %d", tasks[2].ID)) {
+		t.Errorf("error %v, want the store's, naming task %d", err, tasks[2].ID)
+	}
+	if rep.Failed != maxFailuresInARow || len(rep.Entries) != maxFailuresInARow {
+		t.Errorf("report %+v, want %d failures and nothing else", rep, maxFailuresInARow)
+	}
+	for _, tk := range tasks {
+		b.unchanged(t, tk)
+	}
+}
+
+// A task whose row another transaction holds locked is skipped for this
+// pass, not waited on: the tasks behind it are rescued.
+func TestALockedRowIsSkippedNotWaitedOn(t *testing.T) {
+	b := setup(t)
+	const owner = "node-a/1a2b"
+	held := b.hold(t, owner, 0)
+	locked := b.running(t, owner, held, 0, 3)
+	behind := b.running(t, owner, held, 0, 3)
+	b.expire(t, locked, behind)
+	unlock := b.store.LockTask(locked.ID)
+	rep, err := Rescue(b.ctx, b.store, Request{Owner: owner, Node: "node-a", Buckets: held})
+	unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := entryFor(t, rep, locked.ID); e.Outcome != OutcomeBusy {
+		t.Errorf("entry of the locked task %+v, want OutcomeBusy", e)
+	}
+	if got := b.get(t, behind.ID); got.Status != task.Retrying {
+		t.Errorf("the task behind the locked row is %s, want retrying", got.Status)
+	}
+	b.unchanged(t, locked)
+}
+
+// A caller that still runs an attempt of the task (InUse) is told to stop
+// it, and the task is not rescued beside it.
+func TestATaskTheCallerStillRunsIsNotRescued(t *testing.T) {
+	b := setup(t)
+	const owner = "node-a/1a2b"
+	held := b.hold(t, owner, 0)
+	mine := b.running(t, owner, held, 0, 3)
+	other := b.running(t, owner, held, 0, 3)
+	b.expire(t, mine, other)
+	var asked []int64
+	rep, err := Rescue(b.ctx, b.store, Request{Owner: owner, Node: "node-a", Buckets: held,
+		InUse: func(tk *task.Task) bool {
+			asked = append(asked, tk.ID)
+			return tk.ID == mine.ID
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := entryFor(t, rep, mine.ID); e.Outcome != OutcomeInUse || rep.InUse != 1 {
+		t.Errorf("entry of the task still running %+v (report %+v), want OutcomeInUse", e, rep)
+	}
+	b.unchanged(t, mine)
+	if got := b.get(t, other.ID); got.Status != task.Retrying {
+		t.Errorf("the other task is %s, want retrying", got.Status)
+	}
+	if len(asked) != 2 {
+		t.Errorf("InUse asked about %v, want both tasks", asked)
+	}
 }
 
 func TestRescueRefusesARequestItCannotCarryOut(t *testing.T) {

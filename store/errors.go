@@ -21,6 +21,9 @@ var (
 	// ErrDuplicate: a unique key already names an unfinished task, or a
 	// schedule name is taken.
 	ErrDuplicate = errors.New("duplicate")
+	// ErrBusy: the row is locked by another transaction, and the caller
+	// asked not to wait for it (store.Transition.NoWait). Try again later.
+	ErrBusy = errors.New("busy: the task's row is locked by another transaction")
 	// ErrNodeAlive: a live process already runs under this node id.
 	ErrNodeAlive = errors.New("a live process already uses this node id")
 	// ErrBucketCount: the fleet was created with another bucket count.

@@ -59,9 +59,12 @@ type Store interface {
 	// RenewTaskLeases extends, in one statement, the task leases of the
 	// named attempts that are still active, owned by owner, and whose
 	// bucket lease owner still holds, unexpired, under the task's epoch
-	// (the same join as the claim). It returns the refs it renewed; a ref
-	// missing from the answer has lost its lease.
-	RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) ([]task.Ref, error)
+	// (the same join as the claim). It does not wait for a row another
+	// transaction holds locked: such an attempt is Busy, neither renewed
+	// nor lost, and is asked for again at the next renewal, so that one
+	// locked row never keeps the others from being renewed. A ref in
+	// neither list has lost its lease.
+	RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) (Renewal, error)
 	// AdvanceActive applies a batch of fenced transitions out of (or
 	// within) the active states; see ActiveTransition. The answer has one
 	// entry per input, in input order.
@@ -114,8 +117,10 @@ type Store interface {
 	// Commands
 
 	// IssueCommand records a command for a task, with the task's current
-	// owner, and (stores with notifications) announces it. ErrNotFound when
-	// there is no such task.
+	// owner, sets the task's request flag (StopRequested, PauseRequested)
+	// under its row lock, and (stores with notifications) announces it.
+	// ErrNotFound when there is no such task; ErrConflict when
+	// CheckCommandTarget refuses the task as it is now.
 	IssueCommand(ctx context.Context, c NewCommand) (Command, error)
 	// PendingCommands lists unacknowledged commands for the active tasks
 	// whose lease owner holds, oldest first.
@@ -244,11 +249,13 @@ type TaskFilter struct {
 // the database's now plus Delay, and moving to queued sets it to now.
 //
 // A pending stop wins: when a task leaves an active state for anything but
-// succeeded (or another active state), and it is stopping or has an
-// unacknowledged stop command, the destination becomes stopped. A move to a
-// final state answers the task's pending commands in the same transaction,
-// by the move's Node: a stop honoured by a move to stopped with
-// OutcomeStopped, any other with OutcomeFinishedPrefix + the final status.
+// succeeded (or another active state), and it is stopping or has a stop
+// requested (task.Task.StopRequested, read from the locked row), the
+// destination becomes stopped. A pending pause wins over a retry and a
+// release: such a move of a task that is pausing or has a pause requested
+// goes to paused. A move out of the active states, or to a final state,
+// answers the task's pending commands in the same transaction, by the move's
+// Node, with LeftOutcome.
 //
 // Guard, when set, makes the write conditional on Guard.Owner holding the
 // task's bucket under Guard.Epoch, unexpired by the database clock (ErrFenced
@@ -263,6 +270,10 @@ type Transition struct {
 	Epoch   int64         // recorded in the event
 	Delay   time.Duration // for retrying and scheduled
 	Guard   *LeaseGuard
+	// NoWait fails the move with ErrBusy at once when another transaction
+	// holds the task's row locked, instead of waiting for it: reconcile
+	// skips such a task for one pass rather than stall on it.
+	NoWait bool
 }
 
 // LeaseGuard names the holder and epoch a write requires of the task's bucket.
@@ -375,6 +386,9 @@ const (
 	// OutcomePausing: the handler was asked to pause at its next
 	// checkpoint.
 	OutcomePausing = "pausing"
+	// OutcomePaused: the task was paused. Written by the store itself when
+	// a move to paused honours a pending pause.
+	OutcomePaused = "paused"
 	// OutcomeFinishedPrefix starts the outcome of a command that came too
 	// late: "already finished: <status>".
 	OutcomeFinishedPrefix = "already finished: "
@@ -383,12 +397,61 @@ const (
 	OutcomeNotRunningHere = "not running here"
 )
 
+// Renewal is the answer of RenewTaskLeases.
+type Renewal struct {
+	Renewed []task.Ref // leases extended by the TTL
+	Busy    []task.Ref // rows locked by another transaction: not looked at
+}
+
 // NewCommand is a command to issue.
 type NewCommand struct {
 	TaskID   int64
 	Kind     string // CommandStop, CommandPause, CommandResume
 	Reason   string
 	IssuedBy string
+	// ExpectVersion, when not zero, is the task's status_version the issuer
+	// decided on: the command is issued only if the task is still there
+	// (ErrConflict otherwise), so that a decision made on a running task is
+	// never applied to the task it has become since.
+	ExpectVersion int64
+}
+
+// LeftOutcome is the acknowledgement of a command of kind still pending
+// when its task moved to status out of the active states, or to a final
+// state: the move honoured it (a stop by stopped, a pause by paused), or the
+// command came too late.
+func LeftOutcome(kind string, status task.Status) string {
+	switch {
+	case kind == CommandStop && status == task.Stopped:
+		return OutcomeStopped
+	case kind == CommandPause && status == task.Paused:
+		return OutcomePaused
+	case status.Terminal():
+		return OutcomeFinishedPrefix + string(status)
+	}
+	return "not applied: the task is " + string(status)
+}
+
+// CheckCommandTarget decides whether command c may be issued for a task in
+// status at version: a stop only for an active task, a pause only for a
+// running one, and either only at ExpectVersion when it is set. A refusal is
+// ErrConflict: the issuer reads the task again and decides anew. Every store
+// applies it to the locked row, in the statement that records the command
+// and sets the task's request flag.
+func CheckCommandTarget(c NewCommand, status task.Status, version int64) error {
+	if c.ExpectVersion != 0 && version != c.ExpectVersion {
+		return fmt.Errorf("%s command for task %d: it is at status version %d (%s), not %d: %w",
+			c.Kind, c.TaskID, version, status, c.ExpectVersion, ErrConflict)
+	}
+	switch {
+	case c.Kind == CommandStop && !status.Active():
+		return fmt.Errorf("stop command for task %d: it is %s; a stop command is only for an active task: %w",
+			c.TaskID, status, ErrConflict)
+	case c.Kind == CommandPause && status != task.Running:
+		return fmt.Errorf("pause command for task %d: it is %s; a pause command is only for a running task: %w",
+			c.TaskID, status, ErrConflict)
+	}
+	return nil
 }
 
 // Command is a request to a task's lease holder, with its acknowledgement.

@@ -36,8 +36,10 @@ var transitions = map[Status][]Status{
 	Pending:   {Queued, Scheduled, Skipped, Cancelled},
 	Scheduled: {Running, Paused, Cancelled},
 	Queued:    {Running, Paused, Cancelled},
-	Running:   {Succeeded, Failed, TimedOut, Retrying, Stopping, Pausing, Stopped, Lost, Queued},
-	Stopping:  {Stopped, Succeeded},
+	// Running may end paused: an attempt that ends with a retry or a
+	// release while a pause is pending is paused, not run again.
+	Running:  {Succeeded, Failed, TimedOut, Retrying, Stopping, Pausing, Stopped, Lost, Queued, Paused},
+	Stopping: {Stopped, Succeeded},
 	// Pausing may end stopped as well: a stop that arrives while a pause
 	// is pending wins over the pause, and over a retry or a loss found by
 	// reconcile, exactly as it does from running.

@@ -16,7 +16,7 @@ var expected = map[Status]string{
 	Pending:   "queued scheduled skipped cancelled",
 	Scheduled: "running paused cancelled",
 	Queued:    "running paused cancelled",
-	Running:   "succeeded failed timed_out retrying stopping pausing stopped lost queued",
+	Running:   "succeeded failed timed_out retrying stopping pausing stopped lost queued paused",
 	Stopping:  "stopped succeeded",
 	Pausing:   "paused succeeded failed timed_out retrying lost stopping stopped",
 	Paused:    "queued cancelled",

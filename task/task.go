@@ -41,6 +41,15 @@ type Task struct {
 	Epoch          int64
 	LeaseExpiresAt time.Time // zero when no lease is held
 
+	// StopRequested and PauseRequested record a stop or a pause issued for
+	// the current attempt and not honoured yet. The issuer sets them under
+	// the task's row lock, only while the task is in the state it saw;
+	// every move out of the active states reads them from the locked row
+	// (a pending stop wins over every end but success, a pending pause over
+	// a retry or a release) and clears them.
+	StopRequested  bool
+	PauseRequested bool
+
 	Schedule     string    // the schedule that fired it, if any
 	ScheduledFor time.Time // the tick it was fired for (zero without a schedule)
 	UniqueKey    string    // at most one unfinished task per unique key

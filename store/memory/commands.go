@@ -28,6 +28,15 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	if rec == nil {
 		return store.Command{}, taskNotFound(c.TaskID)
 	}
+	if err := store.CheckCommandTarget(c, rec.Status, rec.StatusVersion); err != nil {
+		return store.Command{}, err
+	}
+	switch c.Kind {
+	case store.CommandStop:
+		rec.StopRequested = true
+	case store.CommandPause:
+		rec.PauseRequested = true
+	}
 	cmd := &store.Command{
 		ID:       int64(len(db.commands) + 1),
 		TaskID:   c.TaskID,
@@ -45,32 +54,19 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	return *cmd, nil
 }
 
-// stopPending reports whether a task has an unacknowledged stop command.
-func (db *database) stopPending(taskID int64) bool {
-	for _, cmd := range db.commandsByTask[taskID] {
-		if cmd.Kind == store.CommandStop && !cmd.Acked() {
-			return true
-		}
-	}
-	return false
-}
-
-// ackFinished answers the pending commands of a task that has just reached
-// a final state, as the move's own answer: a stop honoured by a move to
-// stopped is acknowledged "stopped" (whoever made the move: the node that
-// ran the task, or the reconcile of its next holder); any other command of a
-// task that finished first is acknowledged "already finished: <status>", so
-// that nobody waits on a command that can no longer apply.
-func (db *database) ackFinished(taskID int64, status task.Status, by string, now time.Time) {
+// ackLeft answers the pending commands of a task that has just left the
+// active states or reached a final state, as the move's own answer: a stop
+// honoured by a move to stopped is acknowledged "stopped", a pause honoured
+// by a move to paused "paused" (whoever made the move: the node that ran the
+// task, or the reconcile of its next holder); any other command is
+// acknowledged "already finished: <status>", so that nobody waits on a
+// command that can no longer apply.
+func (db *database) ackLeft(taskID int64, status task.Status, by string, now time.Time) {
 	for _, cmd := range db.commandsByTask[taskID] {
 		if cmd.Acked() {
 			continue
 		}
-		outcome := store.OutcomeFinishedPrefix + string(status)
-		if status == task.Stopped && cmd.Kind == store.CommandStop {
-			outcome = store.OutcomeStopped
-		}
-		cmd.AckedAt, cmd.AckedBy, cmd.Outcome = now, by, outcome
+		cmd.AckedAt, cmd.AckedBy, cmd.Outcome = now, by, store.LeftOutcome(cmd.Kind, status)
 	}
 }
 

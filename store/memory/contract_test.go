@@ -44,6 +44,9 @@ func TestContract(t *testing.T) {
 		SetSchemaVersion: func(t *testing.T, s store.Store, version int) {
 			asMemory(t, s).SetSchemaVersion(version)
 		},
+		LockTask: func(t *testing.T, s store.Store, id int64) func() {
+			return asMemory(t, s).LockTask(id)
+		},
 	})
 }
 

@@ -102,31 +102,36 @@ func keepBest(best []*taskRecord, rec *taskRecord, limit int) []*taskRecord {
 }
 
 // RenewTaskLeases extends the leases of the named attempts that the owner
-// still runs under its bucket's current epoch.
-func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) ([]task.Ref, error) {
+// still runs under its bucket's current epoch; a task locked by LockTask is
+// busy.
+func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) (store.Renewal, error) {
 	if ttl <= 0 {
-		return nil, fmt.Errorf("%w: task lease TTL %v is not positive", store.ErrInvalid, ttl)
+		return store.Renewal{}, fmt.Errorf("%w: task lease TTL %v is not positive", store.ErrInvalid, ttl)
 	}
 	db, err := s.begin(ctx)
 	if err != nil {
-		return nil, err
+		return store.Renewal{}, err
 	}
 	defer db.mu.Unlock()
 
 	now := db.now()
 	lease := dbTime(now.Add(ttl))
-	renewed := []task.Ref{}
+	var out store.Renewal
 	for _, ref := range refs {
+		rec := db.task(ref.ID)
+		switch {
+		case rec == nil:
+		case db.locked[ref.ID] > 0:
+			out.Busy = append(out.Busy, ref)
 		// Unlike completion, renewal needs a live bucket lease, as the
 		// claim does: a holder past its lease must not extend its tasks.
-		if rec := db.task(ref.ID); rec != nil && db.attemptIsCurrent(rec, owner, ref) &&
-			db.leases[rec.Bucket].live(now) {
+		case db.attemptIsCurrent(rec, owner, ref) && db.leases[rec.Bucket].live(now):
 			rec.LeaseExpiresAt = lease
 			rec.UpdatedAt = now
-			renewed = append(renewed, ref)
+			out.Renewed = append(out.Renewed, ref)
 		}
 	}
-	return renewed, nil
+	return out, nil
 }
 
 // attemptIsCurrent is the fence of every write about an active attempt: the

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
@@ -74,4 +75,25 @@ func (s *Store) SetSchemaVersion(version int) {
 // justExpired is an expiry that has passed by the store's clock.
 func (db *database) justExpired() time.Time {
 	return db.now().Add(-time.Microsecond)
+}
+
+// LockTask holds task id as another transaction's row lock would, until the
+// returned function is called: RenewTaskLeases answers it busy, and a
+// Transition with NoWait refuses it with store.ErrBusy.
+func (s *Store) LockTask(id int64) (unlock func()) {
+	db := s.db
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.locked == nil {
+		db.locked = map[int64]int{}
+	}
+	db.locked[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			db.locked[id]--
+		})
+	}
 }

@@ -62,6 +62,11 @@ type database struct {
 
 	schedules map[string]*store.Schedule
 
+	// locked counts the LockTask holds on each task: what another
+	// transaction's row lock is in PostgreSQL. Renewal reports such a task
+	// busy, and a Transition with NoWait refuses it with ErrBusy.
+	locked map[int64]int
+
 	subscriptions map[*subscription]struct{}
 }
 

@@ -297,6 +297,9 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 		return nil, fmt.Errorf("task %d is at status version %d (%s), not %d: %w",
 			rec.ID, rec.StatusVersion, rec.Status, tr.Version, store.ErrConflict)
 	}
+	if tr.NoWait && db.locked[rec.ID] > 0 {
+		return nil, fmt.Errorf("task %d: %w", rec.ID, store.ErrBusy)
+	}
 	if g := tr.Guard; g != nil && !db.leases[rec.Bucket].liveFor(g.Owner, g.Epoch, now) {
 		return nil, fmt.Errorf("task %d: %s does not hold bucket %d under epoch %d: %w",
 			rec.ID, g.Owner, rec.Bucket, g.Epoch, store.ErrFenced)
@@ -312,17 +315,24 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 }
 
 // destination decides where a requested move out of rec's state goes, or
-// refuses it by the table.
+// refuses it by the table. It reads the pending requests from the task
+// itself, as the PostgreSQL store reads them from the locked row.
 //
 // A pending stop wins over every way an attempt can end except success (the
 // work was done: the record tells the truth): when an active task is
-// stopping, or has an unacknowledged stop command, such a move goes to
-// stopped. This is decided before the table is consulted, because the table
-// lists what a stopping task can become (stopped, succeeded), not every
-// outcome its handler may report (failed, retrying, ...).
+// stopping, or has a stop requested, such a move goes to stopped. This is
+// decided before the table is consulted, because the table lists what a
+// stopping task can become (stopped, succeeded), not every outcome its
+// handler may report (failed, retrying, ...). A pending pause wins over a
+// retry and over a release: an attempt that ends either way while the task
+// is pausing, or has a pause requested, leaves it paused with its progress.
 func (db *database) destination(rec *taskRecord, to task.Status) (task.Status, error) {
-	if endsAttempt(rec.Status, to) && (rec.Status == task.Stopping || db.stopPending(rec.ID)) {
+	if endsAttempt(rec.Status, to) && (rec.Status == task.Stopping || rec.StopRequested) {
 		return task.Stopped, nil
+	}
+	if rec.Status.Active() && (to == task.Retrying || to == task.Queued) &&
+		(rec.Status == task.Pausing || rec.PauseRequested) {
+		return task.Paused, nil
 	}
 	if !task.CanTransition(rec.Status, to) {
 		return "", &task.TransitionError{ID: rec.ID, From: rec.Status, To: to}
@@ -370,6 +380,7 @@ func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now tim
 		rec.Owner = ""
 		rec.LeaseExpiresAt = time.Time{}
 		rec.Error = m.errText
+		rec.StopRequested, rec.PauseRequested = false, false
 	} else if m.errText != "" {
 		rec.Error = m.errText
 	}
@@ -388,8 +399,8 @@ func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now tim
 			db.announceTasks(rec.Bucket)
 		}
 	}
-	if to.Terminal() {
-		db.ackFinished(rec.ID, to, m.node, now)
+	if from.Active() && !to.Active() || to.Terminal() {
+		db.ackLeft(rec.ID, to, m.node, now)
 	}
 	if to.Terminal() {
 		rec.FinishedAt = now

@@ -9,31 +9,42 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 const commandColumns = `id, task_id, kind, reason, issued_by, issued_at, owner, acked_at, acked_by, outcome`
 
-// issueCommandSQL records the command with the task's current owner (none
+// issueLockSQL locks the task a command is for and reads what
+// store.CheckCommandTarget decides on.
+var issueLockSQL = `
+SELECT status, status_version, CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END
+FROM flotilla_tasks WHERE id = $1
+FOR UPDATE`
+
+// issueFlagSQL records a stop or pause on the locked task row, where every
+// move of the task reads it.
+const issueFlagSQL = `
+UPDATE flotilla_tasks
+SET stop_requested = stop_requested OR $2 = 'stop', pause_requested = pause_requested OR $2 = 'pause'
+WHERE id = $1`
+
+// issueInsertSQL records the command with the task's current owner (none
 // unless the task is active) and announces it on TopicCommands as
-// "<id> <owner>", in one statement. No row means no such task.
-//
-// The owner is read without locking the task: a claim racing with the
-// command may leave it stale, which only affects whom the notification
-// wakes. PendingCommands follows the task's owner at the time of asking.
-var issueCommandSQL = `
-WITH t AS (
-    SELECT id, CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END AS owner
-    FROM flotilla_tasks WHERE id = $1
-), c AS (
+// "<id> <owner>".
+var issueInsertSQL = `
+WITH c AS (
     INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
-    SELECT t.id, $2, $3, $4, statement_timestamp(), t.owner FROM t
+    VALUES ($1, $2, $3, $4, statement_timestamp(), $5)
     RETURNING ` + commandColumns + `
 ), notified AS (
     SELECT pg_notify('` + string(store.TopicCommands) + `', id::text || ' ' || coalesce(owner, '')) FROM c
 )
 SELECT ` + commandColumns + `, (SELECT count(*) FROM notified) FROM c`
 
-// IssueCommand records a command for a task and announces it.
+// IssueCommand records a command for a task and announces it, in one
+// transaction that holds the task's row lock: the check of the task's state,
+// its request flag and the command row agree with every move of the task,
+// which takes the same lock.
 func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Command, error) {
 	switch c.Kind {
 	case store.CommandStop, store.CommandPause, store.CommandResume:
@@ -41,10 +52,31 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		return store.Command{}, fmt.Errorf("command %q for task %d: the kinds are %s, %s and %s: %w",
 			c.Kind, c.TaskID, store.CommandStop, store.CommandPause, store.CommandResume, store.ErrInvalid)
 	}
-	var notified int64
-	cmd, err := scanCommand(s.pool.QueryRow(ctx, issueCommandSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy), &notified)
+	var cmd store.Command
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			status  string
+			version int64
+			owner   pgtype.Text
+		)
+		if err := tx.QueryRow(ctx, issueLockSQL, c.TaskID).Scan(&status, &version, &owner); err != nil {
+			return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+		}
+		if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
+			return err
+		}
+		if c.Kind != store.CommandResume {
+			if _, err := tx.Exec(ctx, issueFlagSQL, c.TaskID, c.Kind); err != nil {
+				return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+			}
+		}
+		var notified int64
+		var err error
+		cmd, err = scanCommand(tx.QueryRow(ctx, issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner), &notified)
+		return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+	})
 	if err != nil {
-		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+		return store.Command{}, err
 	}
 	return cmd, nil
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestContract(t *testing.T) {
 		SetSchemaVersion: func(t *testing.T, s store.Store, version int) {
 			exec(t, s, `INSERT INTO flotilla_schema_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING`, version)
 		},
+		LockTask: lockTask,
 	})
 }
 
@@ -71,4 +73,24 @@ func exec(t testing.TB, s store.Store, sql string, args ...any) {
 	if tag.RowsAffected() != 1 {
 		t.Fatalf("%s changed %d rows, want 1", sql, tag.RowsAffected())
 	}
+}
+
+// lockTask holds the task's row in a transaction of its own, as an
+// operator's open transaction would, until unlock is called (or the test
+// ends).
+func lockTask(t *testing.T, s store.Store, id int64) (unlock func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pg(t, s).Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM flotilla_tasks WHERE id = $1 FOR UPDATE`, id); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(unlock)
+	return unlock
 }

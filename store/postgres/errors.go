@@ -13,8 +13,9 @@ import (
 
 // SQLSTATE codes this store reacts to.
 const (
-	codeUniqueViolation = "23505"
-	codeUndefinedTable  = "42P01"
+	codeUniqueViolation  = "23505"
+	codeUndefinedTable   = "42P01"
+	codeLockNotAvailable = "55P03"
 )
 
 // Names of the unique indexes whose violations mean something to callers.
@@ -43,6 +44,9 @@ func wrap(err error, what string, args ...any) error {
 	if errors.As(err, &pgErr) {
 		if pgErr.Code == codeUniqueViolation {
 			return fmt.Errorf("%s: %w (%s)", doing, store.ErrDuplicate, pgErr.Detail)
+		}
+		if pgErr.Code == codeLockNotAvailable {
+			return fmt.Errorf("%s: %w", doing, store.ErrBusy)
 		}
 		// The PgError itself stays out of the chain: its fields are
 		// PostgreSQL's, and the message says everything a person needs.

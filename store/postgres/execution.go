@@ -186,39 +186,55 @@ func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
 // renewSQL extends the task leases of the named attempts that are active,
 // owned by $1, and whose bucket lease $1 holds, unexpired, under the task's
 // epoch. Rows are locked in id order, one primary-key probe each, so that
-// a renewal and a batch of completions of the same node never deadlock.
+// a renewal and a batch of completions of the same node never deadlock; a
+// row another transaction holds is skipped, not waited for, and answered
+// busy (it exists, but was not locked). Each input is answered: renewed,
+// busy, or neither (lost).
 const renewSQL = `
-WITH live AS (
-    SELECT t.id
-    FROM (SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, claim_seq) ORDER BY id) r
+WITH r AS (
+    SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, claim_seq)
+), locked AS (
+    SELECT t.id, t.status, t.claim_seq, t.owner, t.bucket, t.epoch, r.claim_seq AS want_seq
+    FROM (SELECT * FROM r ORDER BY id) r
     CROSS JOIN LATERAL (
         SELECT id, status, claim_seq, owner, bucket, epoch
         FROM flotilla_tasks WHERE id = r.id
         LIMIT 1 -- keeps the conditions below out of this scan
-        FOR UPDATE
+        FOR UPDATE SKIP LOCKED
     ) t
-    WHERE t.claim_seq = r.claim_seq
-      AND t.owner = $1::text
-      AND t.status IN ('running', 'stopping', 'pausing')
-      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases l
-                  WHERE l.bucket = t.bucket AND l.owner = $1::text AND l.epoch = t.epoch
-                    AND l.expires_at > statement_timestamp())
+), live AS (
+    SELECT l.id
+    FROM locked l
+    WHERE l.claim_seq = l.want_seq
+      AND l.owner = $1::text
+      AND l.status IN ('running', 'stopping', 'pausing')
+      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases bl
+                  WHERE bl.bucket = l.bucket AND bl.owner = $1::text AND bl.epoch = l.epoch
+                    AND bl.expires_at > statement_timestamp())
+), renewed AS (
+    UPDATE flotilla_tasks t
+    SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
+        updated_at = statement_timestamp()
+    FROM live
+    WHERE t.id = live.id
+    RETURNING t.id
 )
-UPDATE flotilla_tasks t
-SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
-    updated_at = statement_timestamp()
-FROM live
-WHERE t.id = live.id
-RETURNING t.id, t.claim_seq`
+SELECT r.id, r.claim_seq, n.id IS NOT NULL,
+       -- Skipped by the lock, though the row is there: busy.
+       l.id IS NULL AND EXISTS (SELECT 1 FROM flotilla_tasks x WHERE x.id = r.id)
+FROM r
+LEFT JOIN renewed n ON n.id = r.id
+LEFT JOIN locked l ON l.id = r.id`
 
 // RenewTaskLeases extends, in one statement, the leases of the named
-// attempts that owner still holds, and returns those it renewed.
-func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) ([]task.Ref, error) {
+// attempts that owner still holds, and says which it renewed and which it
+// found locked.
+func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) (store.Renewal, error) {
 	if ttl <= 0 {
-		return nil, fmt.Errorf("renew task leases: TTL %v is not positive: %w", ttl, store.ErrInvalid)
+		return store.Renewal{}, fmt.Errorf("renew task leases: TTL %v is not positive: %w", ttl, store.ErrInvalid)
 	}
 	if len(refs) == 0 {
-		return nil, nil
+		return store.Renewal{}, nil
 	}
 	ids := make([]int64, len(refs))
 	seqs := make([]int64, len(refs))
@@ -227,19 +243,27 @@ func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.R
 	}
 	rows, err := s.pool.Query(ctx, renewSQL, owner, ids, seqs, micros(ttl))
 	if err != nil {
-		return nil, wrap(err, "renew %d task leases", len(refs))
+		return store.Renewal{}, wrap(err, "renew %d task leases", len(refs))
 	}
 	defer rows.Close()
-	var out []task.Ref
+	var out store.Renewal
 	for rows.Next() {
-		var r task.Ref
-		if err := rows.Scan(&r.ID, &r.ClaimSeq); err != nil {
-			return nil, wrap(err, "renew %d task leases", len(refs))
+		var (
+			r             task.Ref
+			renewed, busy bool
+		)
+		if err := rows.Scan(&r.ID, &r.ClaimSeq, &renewed, &busy); err != nil {
+			return store.Renewal{}, wrap(err, "renew %d task leases", len(refs))
 		}
-		out = append(out, r)
+		switch {
+		case renewed:
+			out.Renewed = append(out.Renewed, r)
+		case busy:
+			out.Busy = append(out.Busy, r)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap(err, "renew %d task leases", len(refs))
+		return store.Renewal{}, wrap(err, "renew %d task leases", len(refs))
 	}
 	return out, nil
 }
@@ -267,7 +291,7 @@ WITH b AS (
            b.want, b.ord, b.reason, b.err, b.result, b.progress, b.delay_us, b.node
     FROM (SELECT * FROM b ORDER BY id) b
     CROSS JOIN LATERAL (
-        SELECT id, status, claim_seq, owner, bucket, epoch
+        SELECT id, status, claim_seq, owner, bucket, epoch, stop_requested, pause_requested
         FROM flotilla_tasks WHERE id = b.id
         LIMIT 1 -- keeps the conditions below out of this scan
         FOR UPDATE
@@ -288,7 +312,7 @@ WITH b AS (
               c.node AS ev_node, c.ord
 ), ev AS (
     ` + eventInsertSQL("moved") + `
-), ` + ackStopsSQL("moved") + `
+), ` + ackLeftSQL("moved") + `
 SELECT b.ord, m.status, m.bucket, c.old_status, c.dest,
        -- Only for inputs that were fenced or name no task.
        CASE WHEN c.ord IS NULL THEN (SELECT status FROM flotilla_tasks WHERE id = b.id) END

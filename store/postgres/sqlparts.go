@@ -102,6 +102,9 @@ var transitionSetSQL = `
     owner = CASE WHEN c.dest IN ` + activeStatusesSQL + ` THEN t.owner END,
     lease_expires_at = CASE WHEN c.dest IN ` + activeStatusesSQL + ` THEN t.lease_expires_at END,
     finished_at = CASE WHEN c.dest IN ` + terminalStatusesSQL + ` THEN statement_timestamp() END,
+    -- Requests are for the attempt: leaving the active states answers them.
+    stop_requested = c.dest IN ` + activeStatusesSQL + ` AND t.stop_requested,
+    pause_requested = c.dest IN ` + activeStatusesSQL + ` AND t.pause_requested,
     -- An attempt that ends records its error, or none; any other move
     -- keeps the task's error unless it names one.
     error = CASE WHEN t.status IN ` + activeStatusesSQL + ` AND c.dest NOT IN ` + activeStatusesSQL + `
@@ -111,23 +114,29 @@ var transitionSetSQL = `
     updated_at = statement_timestamp()`
 
 // stopDestinationSQL computes the destination of a move under the
-// pending-stop rule, for a task row t and a requested destination want: an
-// active task whose attempt ends other than by success (attemptEndsSQL),
-// while it is stopping or has an unacknowledged stop command, is stopped
-// instead.
+// pending-request rules, for a locked task row t (with its stop_requested
+// and pause_requested columns) and a requested destination want: an active
+// task whose attempt ends other than by success (attemptEndsSQL), while it
+// is stopping or has a stop requested, is stopped instead; one whose attempt
+// ends with a retry or a release, while it is pausing or has a pause
+// requested, is paused instead. The flags are read from the locked row, so
+// a request committed while the move waited for the lock is seen.
 //
-// The redirected move is not checked against the table: the table lists
-// what a stopping task may become, not every outcome its handler can report
+// The stop redirect is not checked against the table: the table lists what
+// a stopping task may become, not every outcome its handler can report
 // (failed, retrying...), and it has no pausing -> stopped edge although a
 // pausing task can be stopped. A destination of stopped where want was
 // something else is therefore always allowed (see movedAllowedSQL).
 func stopDestinationSQL(want string) string {
 	return `CASE WHEN t.status IN ` + activeStatusesSQL + `
            AND ` + want + ` IN ` + attemptEndsSQL + `
-           AND (t.status = 'stopping' OR EXISTS (
-                SELECT 1 FROM flotilla_commands cmd
-                WHERE cmd.task_id = t.id AND cmd.acked_at IS NULL AND cmd.kind = 'stop'))
-      THEN 'stopped' ELSE ` + want + ` END`
+           AND (t.status = 'stopping' OR t.stop_requested)
+      THEN 'stopped'
+      WHEN t.status IN ` + activeStatusesSQL + `
+           AND ` + want + ` IN ('retrying', 'queued')
+           AND (t.status = 'pausing' OR t.pause_requested)
+      THEN 'paused'
+      ELSE ` + want + ` END`
 }
 
 // movedAllowedSQL says whether the move from old to dest, requested as want,
@@ -148,22 +157,30 @@ func eventInsertSQL(src string) string {
     FROM ` + src
 }
 
-// ackStopsSQL returns a CTE named acked that answers the pending commands
-// of every task that src (a CTE with id, status and ev_node) moved to a
-// final state, in the same statement: a stop honoured by a move to stopped
-// is acknowledged "stopped"; any other command of a task that finished
-// first is acknowledged "already finished: <status>", so that nobody waits
-// on a command that can no longer apply. A data-modifying CTE runs whether
-// or not the statement reads it.
-func ackStopsSQL(src string) string {
+// ackLeftSQL returns a CTE named acked that answers the pending commands
+// of every task that src (a CTE with id, old_status, status and ev_node)
+// moved out of the active states or to a final state, in the same
+// statement, as store.LeftOutcome words it: a stop honoured by a move to
+// stopped is acknowledged "stopped", a pause honoured by a move to paused
+// "paused"; any other command of a task that finished first is
+// acknowledged "already finished: <status>", so that nobody waits on a
+// command that can no longer apply. A data-modifying CTE runs whether or
+// not the statement reads it.
+func ackLeftSQL(src string) string {
 	return `acked AS (
     UPDATE flotilla_commands cmd
     SET acked_at = statement_timestamp(), acked_by = coalesce(s.ev_node, ''),
         outcome = CASE WHEN s.status = 'stopped' AND cmd.kind = '` + store.CommandStop + `'
                        THEN '` + store.OutcomeStopped + `'
-                       ELSE '` + store.OutcomeFinishedPrefix + `' || s.status END
+                       WHEN s.status = 'paused' AND cmd.kind = '` + store.CommandPause + `'
+                       THEN '` + store.OutcomePaused + `'
+                       WHEN s.status IN ` + terminalStatusesSQL + `
+                       THEN '` + store.OutcomeFinishedPrefix + `' || s.status
+                       ELSE 'not applied: the task is ' || s.status END
     FROM ` + src + ` s
-    WHERE cmd.task_id = s.id AND s.status IN ` + terminalStatusesSQL + `
+    WHERE cmd.task_id = s.id
+      AND (s.status IN ` + terminalStatusesSQL + `
+           OR (s.old_status IN ` + activeStatusesSQL + ` AND s.status NOT IN ` + activeStatusesSQL + `))
       AND cmd.acked_at IS NULL
 )`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -493,7 +494,7 @@ WITH cur AS (
            $5::text AS err, $8::bigint AS delay_us
     FROM flotilla_tasks t
     WHERE t.id = $1
-    FOR UPDATE OF t
+    FOR UPDATE OF t /*lock*/
 ), c AS (
     SELECT cur.*, ` + movedAllowedSQL("cur.old_status", "cur.dest", "$3::text", "$12", "$13") + ` AS allowed
     FROM cur
@@ -504,10 +505,15 @@ WITH cur AS (
     RETURNING ` + taskColumnsOf("t") + `, c.old_status, $6::text AS ev_node, $4::text AS reason, c.err
 ), ev AS (
     ` + eventInsertSQL(`(SELECT id, status_version, old_status, status, ev_node, $7::bigint AS epoch, attempt, reason, err FROM moved) m`) + `
-), ` + ackStopsSQL("moved") + `
+), ` + ackLeftSQL("moved") + `
 SELECT c.old_status, c.old_version, c.guard_ok, c.dest, c.allowed, m.id IS NOT NULL,
        ` + taskColumnsOf("m") + `
 FROM c LEFT JOIN moved m ON true`
+
+// transitionNoWaitSQL is transitionSQL that does not wait for a row
+// another transaction has locked: it fails at once with lock_not_available,
+// which wrap turns into store.ErrBusy.
+var transitionNoWaitSQL = strings.Replace(transitionSQL, "FOR UPDATE OF t /*lock*/", "FOR UPDATE OF t NOWAIT", 1)
 
 // Transition moves one task by compare-and-set on its status_version.
 func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task, error) {
@@ -531,7 +537,11 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 		m                         nullableTaskRow
 	)
 	dst := append([]any{&oldStatus, &oldVersion, &guardOK, &dest, &allowed, &applied}, m.dest()...)
-	err := s.pool.QueryRow(ctx, transitionSQL,
+	query := transitionSQL
+	if tr.NoWait {
+		query = transitionNoWaitSQL
+	}
+	err := s.pool.QueryRow(ctx, query,
 		tr.ID, tr.Version, string(tr.To), tr.Reason, tr.Error, tr.Node, tr.Epoch, micros(tr.Delay),
 		guard, guardOwner, guardEpoch, allowedFrom, allowedTo,
 	).Scan(dst...)
@@ -569,6 +579,7 @@ type nullableTaskRow struct {
 	runAt, createdAt, updatedAt                   pgtype.Timestamptz
 	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
 	startedAt, finishedAt                         pgtype.Timestamptz
+	stopRequested, pauseRequested                 pgtype.Bool
 }
 
 func (n *nullableTaskRow) dest() []any {
@@ -576,7 +587,7 @@ func (n *nullableTaskRow) dest() []any {
 		&n.id, &n.kind, &n.key, &n.bucket, &n.status, &n.statusVersion, &n.priority, &n.runAt, &n.attempt,
 		&n.maxAttempts, &n.timeoutMS, &n.payload, &n.result, &n.progress, &n.errText, &n.claimSeq, &n.owner, &n.node,
 		&n.epoch, &n.leaseExpiresAt, &n.schedule, &n.scheduledFor, &n.uniqueKey, &n.createdAt, &n.startedAt,
-		&n.finishedAt, &n.updatedAt,
+		&n.finishedAt, &n.updatedAt, &n.stopRequested, &n.pauseRequested,
 	}
 }
 
@@ -591,5 +602,6 @@ func (n *nullableTaskRow) into(r *taskRow) {
 		runAt: n.runAt.Time, createdAt: n.createdAt.Time, updatedAt: n.updatedAt.Time,
 		leaseExpiresAt: n.leaseExpiresAt, scheduledFor: n.scheduledFor,
 		startedAt: n.startedAt, finishedAt: n.finishedAt,
+		stopRequested: n.stopRequested.Bool, pauseRequested: n.pauseRequested.Bool,
 	}
 }

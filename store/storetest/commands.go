@@ -21,12 +21,20 @@ func testCommands(t *testing.T, h Harness) {
 		if cmd.ID == 0 || cmd.Owner != "a" || cmd.IssuedAt.IsZero() || cmd.Acked() || cmd.Reason != "bad deploy" {
 			t.Errorf("issued command %+v", cmd)
 		}
-		other, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: queued.ID, Kind: store.CommandPause})
-		if err != nil {
-			t.Fatal(err)
+		if got := b.get(running.ID); !got.StopRequested || got.PauseRequested {
+			t.Errorf("after a stop command the task reads stop %v pause %v, want the stop recorded on it",
+				got.StopRequested, got.PauseRequested)
 		}
-		if other.Owner != "" {
-			t.Errorf("a command for a task nobody runs has owner %q", other.Owner)
+		// A command is for a task some node runs: one that waits is
+		// changed directly by its issuer (package commands), never left a
+		// command that a claim would have to find.
+		for _, kind := range []string{store.CommandStop, store.CommandPause} {
+			if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: queued.ID, Kind: kind}); !errors.Is(err, store.ErrConflict) {
+				t.Errorf("%s command for a queued task: %v, want store.ErrConflict", kind, err)
+			}
+		}
+		if got := b.get(queued.ID); got.StopRequested || got.PauseRequested {
+			t.Errorf("a refused command marked the queued task: stop %v pause %v", got.StopRequested, got.PauseRequested)
 		}
 
 		pending, err := b.s.PendingCommands(b.ctx, "a")
@@ -123,6 +131,99 @@ func testCommands(t *testing.T, h Harness) {
 		if b.get(rescued.ID).Status != task.Stopped || got.Outcome != store.OutcomeStopped || got.AckedBy != "rescuer" {
 			t.Errorf("rescue with a stop pending: task %s, command %+v; want stopped, acknowledged by rescuer",
 				b.get(rescued.ID).Status, got)
+		}
+	})
+
+	t.Run("ACommandIsIssuedOnlyOnTheTaskAsItWasSeen", func(t *testing.T) {
+		// The issuer decided on a running task; its attempt failed before
+		// the command was written. The command must not land on the retry,
+		// which would run again with nothing to stop it.
+		b := setup(t, h)
+		running, _ := b.runningTask("a", 1)
+		b.advance("a", store.ActiveTransition{Ref: running.Ref(), To: task.Retrying, Error: "boom"})
+		for _, kind := range []string{store.CommandStop, store.CommandPause} {
+			_, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: kind, ExpectVersion: running.StatusVersion})
+			if !errors.Is(err, store.ErrConflict) {
+				t.Errorf("%s command decided on version %d of a task since retried: %v, want store.ErrConflict",
+					kind, running.StatusVersion, err)
+			}
+		}
+		got := b.get(running.ID)
+		if got.Status != task.Retrying || got.StopRequested || got.PauseRequested {
+			t.Errorf("refused commands changed the task: %s stop %v pause %v", got.Status, got.StopRequested, got.PauseRequested)
+		}
+		if p, _ := b.s.PendingCommands(b.ctx, "a"); len(p) != 0 {
+			t.Errorf("refused commands are pending: %+v", p)
+		}
+
+		// Running again, under a new claim: still not the task the issuer
+		// decided on, whose attempt is over.
+		reclaimed := b.claim("a", b.hold("a", 1), 1)
+		if len(reclaimed) != 1 || reclaimed[0].ID != running.ID {
+			t.Fatalf("claim of the retry: %v", ids(reclaimed))
+		}
+		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop, ExpectVersion: running.StatusVersion}); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("stop decided on attempt 1 of a task now running attempt 2: %v, want store.ErrConflict", err)
+		}
+		if got := b.get(running.ID); got.StopRequested {
+			t.Error("a refused stop marked the task's new attempt")
+		}
+
+		// At the version it was decided on, the command is issued.
+		again, held := b.runningTask("a", 2)
+		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: again.ID, Kind: store.CommandStop, ExpectVersion: again.StatusVersion}); err != nil {
+			t.Fatalf("stop at the version seen: %v", err)
+		}
+		// Every move out of the active states honours it, a rescue's too.
+		_, err := b.s.Transition(b.ctx, store.Transition{
+			ID: again.ID, Version: again.StatusVersion, To: task.Retrying, Reason: "lease expired",
+			Node: "rescuer", Epoch: held[0].Epoch, Guard: &store.LeaseGuard{Owner: "a", Epoch: held[0].Epoch},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.get(again.ID); got.Status != task.Stopped || got.StopRequested {
+			t.Errorf("rescue of a task with a stop requested: %s (stop flag %v), want stopped and the flag cleared",
+				got.Status, got.StopRequested)
+		}
+	})
+
+	t.Run("APendingPauseWinsOverARetryAndARelease", func(t *testing.T) {
+		b := setup(t, h)
+		// The attempt fails before its node has applied the pause.
+		failing, _ := b.runningTask("a", 1)
+		pause, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: failing.ID, Kind: store.CommandPause, ExpectVersion: failing.StatusVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := b.advance("a", store.ActiveTransition{Ref: failing.Ref(), To: task.Retrying, Error: "boom"}); o.Err != nil || o.Status != task.Paused {
+			t.Fatalf("a failed attempt with a pause pending: %+v, want paused", o)
+		}
+		if got, _ := b.s.GetCommand(b.ctx, pause.ID); got.Outcome != store.OutcomePaused || got.AckedBy != nodeOf("a") {
+			t.Errorf("the pause honoured by the failure: %+v, want acknowledged %q by %s", got, store.OutcomePaused, nodeOf("a"))
+		}
+		if got := b.get(failing.ID); got.PauseRequested || got.Error != "boom" {
+			t.Errorf("paused task: pause flag %v error %q, want the flag cleared and the attempt's error kept", got.PauseRequested, got.Error)
+		}
+
+		// A pausing attempt released at shutdown keeps its pause; the
+		// attempt counts, as it does for a pause at a checkpoint.
+		pausing, _ := b.runningTask("a", 2)
+		b.advance("a", store.ActiveTransition{Ref: pausing.Ref(), To: task.Pausing})
+		if o := b.advance("a", store.ActiveTransition{Ref: pausing.Ref(), To: task.Queued, Reason: "released at shutdown"}); o.Err != nil || o.Status != task.Paused {
+			t.Fatalf("release of a pausing attempt: %+v, want paused", o)
+		}
+		if got := b.get(pausing.ID); got.Attempt != 1 {
+			t.Errorf("a paused release counted as attempt %d, want 1", got.Attempt)
+		}
+
+		// Success is the truth, whatever was asked.
+		done, _ := b.runningTask("a", 3)
+		if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: done.ID, Kind: store.CommandPause}); err != nil {
+			t.Fatal(err)
+		}
+		if o := b.advance("a", store.ActiveTransition{Ref: done.Ref(), To: task.Succeeded}); o.Status != task.Succeeded {
+			t.Errorf("success with a pause pending: %+v", o)
 		}
 	})
 

@@ -32,6 +32,9 @@ type Harness struct {
 	// SetSchemaVersion records the schema as being at version, as a newer
 	// binary's migration would.
 	SetSchemaVersion func(t *testing.T, s store.Store, version int)
+	// LockTask holds a task's row as another transaction's row lock would
+	// (an operator's open transaction), until unlock is called.
+	LockTask func(t *testing.T, s store.Store, id int64) (unlock func())
 }
 
 // Run runs the whole contract suite.
@@ -42,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BucketLeases", func(t *testing.T) { testBucketLeases(t, h) })
 	t.Run("Claim", func(t *testing.T) { testClaim(t, h) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, h) })
+	t.Run("LockedRows", func(t *testing.T) { testLockedRows(t, h) })
 	t.Run("Expired", func(t *testing.T) { testExpired(t, h) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, h) })
 	t.Run("Nodes", func(t *testing.T) { testNodes(t, h) })

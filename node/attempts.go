@@ -1,0 +1,222 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// attempt is one claimed attempt of a task on this node.
+//
+// Its context derives from the context of its bucket's lease under the epoch
+// it was claimed in (leaseKeeper.lease), so a lost bucket cancels it with no
+// scan of the attempts; its own task-lease deadline, its timeout, a stop
+// and a shutdown cancel it too, each with its cause.
+type attempt struct {
+	// view is the handler's copy of the task; the fields below are the
+	// node's own, so a handler that changes view cannot confuse the node.
+	view    *task.Task
+	handler Handler
+	ref     task.Ref
+	bucket  int
+	epoch   int64
+	number  int // attempt number, counting this one
+	max     int // max attempts
+	timeout clock.Timer
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// pauseRequested makes the handler's checkpoint answer task.ErrPaused.
+	pauseRequested atomic.Bool
+
+	mu sync.Mutex
+	// done is set once the handler has returned.
+	done bool
+	// abandoned says why the attempt was given up without a write: its
+	// bucket or task lease was lost. Its handler may still be running.
+	abandoned error
+	// stopCommand is the stop command applied to the attempt (0: none);
+	// stopGrace abandons the handler if it has not returned in time.
+	stopCommand int64
+	stopGrace   clock.Timer
+	// leaseTimer fires at the task lease's local deadline: the moment,
+	// on this process's clock, after which the database may consider the
+	// lease expired and a rescue may move the task on.
+	leaseTimer clock.Timer
+	// stopBucketWatch ends the watch on the bucket's context.
+	stopBucketWatch func() bool
+}
+
+func (a *attempt) fields() []zap.Field {
+	return []zap.Field{
+		zap.Int64("task", a.ref.ID), zap.Int64("claim_seq", a.ref.ClaimSeq),
+		zap.Int("bucket", a.bucket), zap.Int64("epoch", a.epoch), zap.Int("attempt", a.number),
+	}
+}
+
+// abandon gives the attempt up: its handler is cancelled with why, and
+// nothing will be written for it, since the store would fence the write. It
+// reports whether this call abandoned it; an attempt whose handler has
+// returned, or that was abandoned before, is left alone.
+func (a *attempt) abandon(why error) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done || a.abandoned != nil {
+		return false
+	}
+	a.abandoned = why
+	a.cancel(why)
+	return true
+}
+
+// state reads the attempt's settled flags.
+func (a *attempt) state() (done bool, abandoned error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.done, a.abandoned
+}
+
+// armLease sets the task lease's local deadline to d from now on clk; past
+// it, expired is called. The previous deadline, if any, is dropped.
+func (a *attempt) armLease(clk clock.Clock, d time.Duration, expired func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done {
+		return
+	}
+	if a.leaseTimer != nil {
+		a.leaseTimer.Stop()
+	}
+	a.leaseTimer = clk.AfterFunc(d, expired)
+}
+
+// stopTimers ends the attempt's timers once its handler has returned.
+func (a *attempt) stopTimers() {
+	if a.timeout != nil {
+		a.timeout.Stop()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.leaseTimer != nil {
+		a.leaseTimer.Stop()
+	}
+	if a.stopGrace != nil {
+		a.stopGrace.Stop()
+	}
+	if a.stopBucketWatch != nil {
+		a.stopBucketWatch()
+	}
+}
+
+// attempts is the registry of the attempts a node has claimed and not yet
+// settled: their handler is running, or their outcome is waiting to be
+// written. It is keyed by task.Ref (task id and claim_seq), so that two
+// attempts of one task, a running one and an abandoned one whose handler
+// has not returned yet, never overwrite each other. With the count of
+// handlers that have not returned, it bounds the claims (Node.capacity).
+type attempts struct {
+	mu    sync.Mutex
+	byRef map[task.Ref]*attempt
+	// active counts handlers that have not returned.
+	active int
+	// changed is closed and replaced whenever the registry changes, so
+	// that Shutdown can wait without polling.
+	changed chan struct{}
+}
+
+func newAttempts() *attempts {
+	return &attempts{byRef: map[task.Ref]*attempt{}, changed: make(chan struct{})}
+}
+
+// add registers a claimed attempt whose handler is about to run.
+func (r *attempts) add(a *attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byRef[a.ref] = a
+	r.active++
+	r.broadcastLocked()
+}
+
+// returned counts a handler out; with settled, the attempt leaves the
+// registry too (it was abandoned: nothing is written for it).
+func (r *attempts) returned(a *attempt, settled bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active--
+	if settled && r.byRef[a.ref] == a {
+		delete(r.byRef, a.ref)
+	}
+	r.broadcastLocked()
+}
+
+// settle removes attempts whose outcome has been written (or given up).
+func (r *attempts) settle(as []*attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range as {
+		if r.byRef[a.ref] == a {
+			delete(r.byRef, a.ref)
+		}
+	}
+	r.broadcastLocked()
+}
+
+func (r *attempts) broadcastLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// counts returns the number of attempts registered and of handlers running,
+// and a channel closed at the next change.
+func (r *attempts) counts() (registered, active int, changed <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byRef), r.active, r.changed
+}
+
+// all returns the registered attempts, in no order.
+func (r *attempts) all() []*attempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*attempt, 0, len(r.byRef))
+	for _, a := range r.byRef {
+		out = append(out, a)
+	}
+	return out
+}
+
+// ofTask returns every registered attempt of task id.
+func (r *attempts) ofTask(id int64) []*attempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*attempt
+	for ref, a := range r.byRef {
+		if ref.ID == id {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// current returns the attempt of task id that this node still means to
+// finish: not abandoned, the latest claim among them. A command applies to
+// it, never to an abandoned attempt whose handler has yet to return.
+func (r *attempts) current(id int64) *attempt {
+	var best *attempt
+	for _, a := range r.ofTask(id) {
+		if _, abandoned := a.state(); abandoned != nil {
+			continue
+		}
+		if best == nil || a.ref.ClaimSeq > best.ref.ClaimSeq {
+			best = a
+		}
+	}
+	return best
+}
