@@ -536,14 +536,16 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// String returns the tail as valid UTF-8: a rune cut by the start of the
-// tail is dropped, and any other invalid byte (binary output) becomes U+FFFD.
+// String returns the tail as valid UTF-8 without NUL: a rune cut by the
+// start of the tail is dropped, and any other invalid byte (binary output)
+// becomes U+FFFD, as does NUL, which PostgreSQL's jsonb refuses (\u0000):
+// a result holding one could not be stored, and the attempt could not end.
 func (b *tailBuffer) String() string {
 	tail := b.buf
 	if len(tail) > b.limit {
 		tail = tail[len(tail)-b.limit:]
 	}
-	return strings.ToValidUTF8(trimBrokenRune(string(tail)), "\uFFFD")
+	return strings.ReplaceAll(strings.ToValidUTF8(trimBrokenRune(string(tail)), "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // trimBrokenRune drops the continuation bytes that open s when a cut went

@@ -348,6 +348,7 @@ func TestTailBuffer(t *testing.T) {
 		{name: "long after short", limit: 4, writes: []string{"ab", "cdefgh"}, want: "efgh"},
 		{name: "cut through a rune", limit: 5, writes: []string{"ééé"}, want: "éé"},
 		{name: "invalid bytes", limit: 8, writes: []string{"a\xffb"}, want: "a\uFFFDb"},
+		{name: "NUL", limit: 8, writes: []string{"a\x00b\x00"}, want: "a\uFFFDb\uFFFD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
