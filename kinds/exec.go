@@ -73,6 +73,26 @@ type ExecConfig struct {
 	// TailBytes is how much of the end of stdout, and of stderr, is kept
 	// for the result. Zero or less means DefaultExecTailBytes.
 	TailBytes int
+	// AllowedEnv lists the environment variables a payload may set. Empty
+	// allows none: a task whose payload sets any fails without running.
+	// Names that make common programs run code of the submitter's choosing
+	// (LD_PRELOAD, BASH_ENV, PATH, PYTHONPATH, ...) are refused by Validate
+	// even here; see docs/exec.md.
+	AllowedEnv []string
+	// User, when set, is the account every child runs as, with no
+	// supplementary group. It needs the node to run as root. Nil runs
+	// children as the node's own user.
+	User *ExecUser
+}
+
+// Validate checks the configuration: every AllowedEnv name is valid and
+// none is dangerous, and a User can be switched to. The errors name the
+// offending value; a node should refuse to start on one.
+func (c ExecConfig) Validate() error {
+	if err := validateAllowedEnv(c.AllowedEnv); err != nil {
+		return err
+	}
+	return validateExecUser(c.User)
 }
 
 // ExecPayload is the payload of an exec task:
@@ -80,7 +100,8 @@ type ExecConfig struct {
 type ExecPayload struct {
 	// Argv is the command line; Argv[0] must be allowed on the node.
 	Argv []string `json:"argv"`
-	// Env adds to the child's minimal environment (see Exec).
+	// Env adds to the child's minimal environment (see Exec). Every name
+	// must be in the node's ExecConfig.AllowedEnv.
 	Env map[string]string `json:"env,omitempty"`
 	// Dir is the child's working directory; "" is the node's.
 	Dir string `json:"dir,omitempty"`
@@ -110,10 +131,17 @@ func RegisterExec(n *node.Node, cfg ExecConfig) {
 // in a child process, and succeeds when the child exits with status 0.
 //
 // The child gets a minimal environment, not the node's (which may hold
-// secrets such as FLOTILLA_DSN): the node's PATH and HOME, then the
-// payload's env, then the attempt's identity, which the payload cannot
-// override: FLOTILLA_TASK_ID, FLOTILLA_ATTEMPT, FLOTILLA_CLAIM_SEQ and
-// FLOTILLA_EPOCH, so that the child can fence its own side effects.
+// secrets such as FLOTILLA_DSN): the node's PATH and HOME (the User's home
+// when cfg has a User), then the payload's env, then the attempt's
+// identity: FLOTILLA_TASK_ID, FLOTILLA_ATTEMPT, FLOTILLA_CLAIM_SEQ and
+// FLOTILLA_EPOCH, so that the child can fence its own side effects. The
+// payload may set only the names in cfg.AllowedEnv; a task that sets any
+// other fails with an *EnvNotAllowedError before anything runs, since the
+// environment is the easiest way to make an allowed program run another
+// (BASH_ENV, LD_PRELOAD, PATH, ...).
+//
+// A cfg that Validate refuses fails every task with Validate's error and
+// runs nothing: a node should check it at start instead.
 //
 // The child leads a process group of its own. When the handler's context
 // ends (a stop, a timeout, a lost lease, shutdown), the group gets SIGTERM,
@@ -128,6 +156,8 @@ func Exec(cfg ExecConfig) node.Handler {
 
 type execRunner struct {
 	cfg ExecConfig
+	// invalid is Validate's verdict on cfg, returned by every task.
+	invalid error
 	// started, when set, is told the process group of every child at its
 	// start. Tests use it to look for survivors.
 	started func(pgid int)
@@ -141,10 +171,22 @@ func newExecRunner(cfg ExecConfig) *execRunner {
 		cfg.TailBytes = DefaultExecTailBytes
 	}
 	cfg.Allowed = slices.Clone(cfg.Allowed)
-	return &execRunner{cfg: cfg}
+	cfg.AllowedEnv = slices.Clone(cfg.AllowedEnv)
+	if cfg.User != nil {
+		u := *cfg.User
+		cfg.User = &u
+	}
+	r := &execRunner{cfg: cfg}
+	if err := cfg.Validate(); err != nil {
+		r.invalid = task.NoRetry(err)
+	}
+	return r
 }
 
 func (r *execRunner) run(ctx context.Context, t *task.Task) error {
+	if r.invalid != nil {
+		return r.invalid
+	}
 	// Refuse before reading the payload: a node that allows nothing has
 	// nothing to say about the command.
 	if len(r.cfg.Allowed) == 0 {
@@ -161,10 +203,10 @@ func (r *execRunner) run(ctx context.Context, t *task.Task) error {
 	if err != nil {
 		return err
 	}
-	env, err := childEnv(t, p.Env)
-	if err != nil {
+	if err := checkPayloadEnv(p.Env, r.cfg.AllowedEnv); err != nil {
 		return err
 	}
+	env := r.childEnv(t, p.Env)
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
@@ -225,21 +267,19 @@ func resolveExecutable(name, dir string) (string, error) {
 	return filepath.Join(parent, filepath.Base(abs)), nil
 }
 
-// childEnv builds the child's environment: see Exec.
-func childEnv(t *task.Task, extra map[string]string) ([]string, error) {
+// childEnv builds the child's environment from a payload env that
+// checkPayloadEnv has let through: see Exec.
+func (r *execRunner) childEnv(t *task.Task, extra map[string]string) []string {
 	vars := map[string]string{"PATH": os.Getenv("PATH")}
 	if vars["PATH"] == "" {
 		vars["PATH"] = fallbackPath
 	}
-	if home, ok := os.LookupEnv("HOME"); ok {
+	if r.cfg.User != nil {
+		vars["HOME"] = r.cfg.User.Home
+	} else if home, ok := os.LookupEnv("HOME"); ok {
 		vars["HOME"] = home
 	}
-	for k, v := range extra {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("exec: payload env %q=%q is not a valid environment variable", k, v)
-		}
-		vars[k] = v
-	}
+	maps.Copy(vars, extra)
 	vars["FLOTILLA_TASK_ID"] = strconv.FormatInt(t.ID, 10)
 	vars["FLOTILLA_ATTEMPT"] = strconv.Itoa(t.Attempt)
 	vars["FLOTILLA_CLAIM_SEQ"] = strconv.FormatInt(t.ClaimSeq, 10)
@@ -249,7 +289,7 @@ func childEnv(t *task.Task, extra map[string]string) ([]string, error) {
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		env = append(env, k+"="+vars[k])
 	}
-	return env, nil
+	return env
 }
 
 // runChild runs the child to its end and reports the outcome; see Exec.
@@ -274,7 +314,7 @@ func (r *execRunner) runChild(ctx context.Context, t *task.Task, path string, p 
 		Dir:         p.Dir,
 		Stdout:      outW,
 		Stderr:      errW,
-		SysProcAttr: childProcAttr(),
+		SysProcAttr: childProcAttr(r.cfg.User),
 	}
 	begun := time.Now()
 	startErr := cmd.Start()
@@ -366,9 +406,13 @@ var awaitExit = func(cmd *exec.Cmd) (reaped bool, err error) {
 var tieToNode = func(*syscall.SysProcAttr) {}
 
 // childProcAttr makes the child the leader of a new process group, so that
-// it and everything it starts can be signalled at once.
-func childProcAttr() *syscall.SysProcAttr {
+// it and everything it starts can be signalled at once, and runs it as u
+// when u is set.
+func childProcAttr(u *ExecUser) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true}
+	if u != nil {
+		attr.Credential = u.credential()
+	}
 	tieToNode(attr)
 	return attr
 }
@@ -492,14 +536,16 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// String returns the tail as valid UTF-8: a rune cut by the start of the
-// tail is dropped, and any other invalid byte (binary output) becomes U+FFFD.
+// String returns the tail as valid UTF-8 without NUL: a rune cut by the
+// start of the tail is dropped, and any other invalid byte (binary output)
+// becomes U+FFFD, as does NUL, which PostgreSQL's jsonb refuses (\u0000):
+// a result holding one could not be stored, and the attempt could not end.
 func (b *tailBuffer) String() string {
 	tail := b.buf
 	if len(tail) > b.limit {
 		tail = tail[len(tail)-b.limit:]
 	}
-	return strings.ToValidUTF8(trimBrokenRune(string(tail)), "\uFFFD")
+	return strings.ReplaceAll(strings.ToValidUTF8(trimBrokenRune(string(tail)), "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // trimBrokenRune drops the continuation bytes that open s when a cut went

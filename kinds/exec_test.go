@@ -177,7 +177,8 @@ func TestExecRefusesABadPayload(t *testing.T) {
 		{payload: `{}`, want: `"argv"`},
 		{payload: `{"argv":[]}`, want: `"argv"`},
 		{payload: `{"argv":"true"}`, want: "does not decode"},
-		{payload: `{"argv":["true"],"env":{"A=B":"c"}}`, want: `"A=B"`},
+		{payload: `{"argv":["true"],"env":{"A=B":"c"}}`, want: `"A=B" is not a valid environment variable name`},
+		{payload: `{"argv":["true"],"env":{"":"c"}}`, want: `"" is not a valid environment variable name`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.payload, func(t *testing.T) {
@@ -229,16 +230,18 @@ func TestExecRunsInTheWorkingDirectory(t *testing.T) {
 
 func TestExecEnvironment(t *testing.T) {
 	t.Setenv("FLOTILLA_DSN", "postgres://secret@x/y")
-	b := setupExec(t, ExecConfig{Allowed: []string{"sh"}})
+	t.Setenv("NODE_ONLY", "the node's")
+	b := setupExec(t, ExecConfig{Allowed: []string{"sh"}, AllowedEnv: []string{"GREETING", "NODE_ONLY"}})
 	tk := execTask(t, ExecPayload{
-		Argv: []string{"sh", "-c", `echo "id=$FLOTILLA_TASK_ID attempt=$FLOTILLA_ATTEMPT seq=$FLOTILLA_CLAIM_SEQ epoch=$FLOTILLA_EPOCH greeting=$GREETING dsn=${FLOTILLA_DSN-unset} path=${PATH:+set}"`},
-		// The payload may add variables, not forge the attempt's identity.
-		Env: map[string]string{"GREETING": "hello", "FLOTILLA_TASK_ID": "999"},
+		Argv: []string{"sh", "-c", `echo "id=$FLOTILLA_TASK_ID attempt=$FLOTILLA_ATTEMPT seq=$FLOTILLA_CLAIM_SEQ epoch=$FLOTILLA_EPOCH greeting=$GREETING dsn=${FLOTILLA_DSN-unset} node_only=${NODE_ONLY-unset} path=${PATH:+set}"`},
+		// An allowed name reaches the child only when the payload sets it:
+		// allowing a name does not pass the node's own value on.
+		Env: map[string]string{"GREETING": "hello"},
 	})
 	if err := b.run(t, tk); err != nil {
 		t.Fatal(err)
 	}
-	const want = "id=42 attempt=2 seq=7 epoch=3 greeting=hello dsn=unset path=set\n"
+	const want = "id=42 attempt=2 seq=7 epoch=3 greeting=hello dsn=unset node_only=unset path=set\n"
 	if got := execResult(t, tk).Stdout; got != want {
 		t.Errorf("the child saw\n%q\nwant\n%q", got, want)
 	}
@@ -345,6 +348,7 @@ func TestTailBuffer(t *testing.T) {
 		{name: "long after short", limit: 4, writes: []string{"ab", "cdefgh"}, want: "efgh"},
 		{name: "cut through a rune", limit: 5, writes: []string{"ééé"}, want: "éé"},
 		{name: "invalid bytes", limit: 8, writes: []string{"a\xffb"}, want: "a\uFFFDb"},
+		{name: "NUL", limit: 8, writes: []string{"a\x00b\x00"}, want: "a\uFFFDb\uFFFD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -12,7 +14,29 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// testHelperEnv names the mode in which a test runs this test binary again
+// as a process of its own (a node whose state the test process must not
+// take on), instead of running the tests.
+const testHelperEnv = "KINDS_TEST_HELPER"
+
+// testHelpers are those modes, registered by the tests that use them.
+var testHelpers = map[string]func() error{}
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(testHelperEnv); mode != "" {
+		helper, ok := testHelpers[mode]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "%s=%s: no such test helper\n", testHelperEnv, mode)
+			os.Exit(2)
+		}
+		if err := helper(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestSleepHonoursItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())

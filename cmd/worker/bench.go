@@ -25,6 +25,7 @@ func benchCommand() *cli.Command {
 		// progress bar: bench logs warnings and errors only, by default.
 		Flags: []cli.Flag{
 			dsnFlag,
+			dsnFileFlag,
 			&cli.StringFlag{Name: logLevelFlag.Name, Value: "warn", Usage: logLevelFlag.Usage},
 			logFormatFlag,
 			&cli.IntFlag{Name: "jobs", Value: 100_000, Usage: "no-op tasks to insert and burn down"},

@@ -28,7 +28,11 @@ func bucketOfCommand() *cli.Command {
 				count = c.Int(numBucketsFlag.Name)
 			}
 			holder := ""
-			if dsn := c.String(dsnFlag.Name); dsn != "" {
+			dsn, _, err := lookupDSN(c)
+			if err != nil {
+				return err
+			}
+			if dsn != "" {
 				s, meta, err := openFleet(c.Context, dsn)
 				if err != nil {
 					return err

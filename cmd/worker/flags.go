@@ -3,6 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -11,21 +15,109 @@ import (
 // Flags shared by the commands that use them (DESIGN §9).
 var (
 	dsnFlag = &cli.StringFlag{
-		Name:    "dsn",
-		Usage:   "PostgreSQL connection string, e.g. postgres://postgres@127.0.0.1:5432/flotilla",
-		EnvVars: []string{"FLOTILLA_DSN"},
+		Name: "dsn",
+		Usage: "PostgreSQL connection string, e.g. postgres://postgres@127.0.0.1:5432/flotilla (default: $" + dsnEnv + "). " +
+			"Every user of the host can read a command line: give a password through $" + dsnEnv + " or --dsn-file instead",
+	}
+	dsnFileFlag = &cli.StringFlag{
+		Name:  "dsn-file",
+		Usage: "read the PostgreSQL connection string from this file (surrounding whitespace is ignored); keep it readable by the node's user only",
 	}
 	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 )
 
-func requireDSN(c *cli.Context) (string, error) {
-	dsn := c.String(dsnFlag.Name)
-	if dsn == "" {
-		return "", invalid(fmt.Errorf("no database: give --dsn or set FLOTILLA_DSN " +
-			"(e.g. postgres://postgres@127.0.0.1:5432/flotilla)"))
+// dsnEnv stands in for --dsn. It is read by lookupDSN rather than declared
+// on the flag, so that a command can tell a connection string typed on the
+// command line (readable by every user of the host) from one that is not.
+const dsnEnv = "FLOTILLA_DSN"
+
+// dsnOrigin says where a command's connection string came from.
+type dsnOrigin int
+
+const (
+	dsnMissing dsnOrigin = iota
+	dsnFromFlag
+	dsnFromFile
+	dsnFromEnv
+)
+
+// lookupDSN returns the connection string given by --dsn, --dsn-file or
+// $FLOTILLA_DSN, in that order, and where it came from; "" and dsnMissing
+// when none gives one. Giving both flags is invalid. No error repeats the
+// connection string: it may hold a password.
+func lookupDSN(c *cli.Context) (string, dsnOrigin, error) {
+	fromFlag, fromFile := c.IsSet(dsnFlag.Name), c.IsSet(dsnFileFlag.Name)
+	switch {
+	case fromFlag && fromFile:
+		return "", dsnMissing, invalid(errors.New("--dsn and --dsn-file both give the connection string: give one of them"))
+	case fromFile:
+		path := c.String(dsnFileFlag.Name)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			var pathErr *fs.PathError
+			if errors.As(err, &pathErr) {
+				err = pathErr.Err
+			}
+			return "", dsnMissing, invalid(fmt.Errorf("--dsn-file %s cannot be read: %w", path, err))
+		}
+		dsn := strings.TrimSpace(string(raw))
+		if dsn == "" {
+			return "", dsnMissing, invalid(fmt.Errorf("--dsn-file %s is empty: it should hold a connection string such as %s", path, exampleDSN))
+		}
+		return dsn, dsnFromFile, nil
+	case fromFlag:
+		dsn := c.String(dsnFlag.Name)
+		if dsn == "" {
+			return "", dsnMissing, invalid(fmt.Errorf("--dsn is empty: give a connection string such as %s", exampleDSN))
+		}
+		return dsn, dsnFromFlag, nil
 	}
-	return dsn, nil
+	if dsn := os.Getenv(dsnEnv); dsn != "" {
+		return dsn, dsnFromEnv, nil
+	}
+	return "", dsnMissing, nil
 }
+
+const exampleDSN = "postgres://postgres@127.0.0.1:5432/flotilla"
+
+// requireDSN is lookupDSN for the commands that cannot go without a
+// database.
+func requireDSN(c *cli.Context) (string, error) {
+	dsn, _, err := requireDSNFrom(c)
+	return dsn, err
+}
+
+func requireDSNFrom(c *cli.Context) (string, dsnOrigin, error) {
+	dsn, origin, err := lookupDSN(c)
+	if err != nil {
+		return "", dsnMissing, err
+	}
+	if origin == dsnMissing {
+		return "", dsnMissing, invalid(fmt.Errorf("no database: set %s, or give --dsn-file or --dsn (e.g. %s)", dsnEnv, exampleDSN))
+	}
+	return dsn, origin, nil
+}
+
+// hasPassword reports whether a connection string, URL or keyword/value,
+// carries a password. A URL that does not parse is taken to have one: the
+// warning it feeds is cheap, a leaked password is not.
+func hasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return true
+		}
+		if _, ok := u.User.Password(); ok {
+			return true
+		}
+		return u.Query().Has("password")
+	}
+	return passwordKeyword.MatchString(dsn)
+}
+
+// passwordKeyword finds the password keyword of a keyword/value connection
+// string ("host=db password=...").
+var passwordKeyword = regexp.MustCompile(`(^|\s)password\s*=`)
 
 // positional returns a command's positional arguments after applying any
 // flags written among or after them. urfave/cli stops parsing flags at the

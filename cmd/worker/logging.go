@@ -16,7 +16,7 @@ var (
 
 // commonFlags go on every command that talks to the database.
 func commonFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{dsnFlag, logLevelFlag, logFormatFlag}, extra...)
+	return append([]cli.Flag{dsnFlag, dsnFileFlag, logLevelFlag, logFormatFlag}, extra...)
 }
 
 // newLogger builds the zap logger the flags ask for, writing to stderr so

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/hardening"
 	"github.com/flotilla-dev/flotilla/kinds"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
@@ -38,12 +40,21 @@ func runCommand() *cli.Command {
 			&cli.DurationFlag{Name: "reconcile-interval", Usage: "how often to rescue tasks of held buckets whose lease expired (default: the task lease TTL)"},
 			&cli.DurationFlag{Name: "command-poll", Value: node.DefaultCommandPoll, Usage: "how often to read pending stop/pause commands when no notification arrives"},
 			&cli.DurationFlag{Name: "stop-grace", Value: node.DefaultStopGrace, Usage: "how long a stopped handler may take to return before it is abandoned"},
-			&cli.StringSliceFlag{Name: "allow-exec", Usage: "let exec tasks run this executable (repeatable); without it exec tasks fail"},
+			&cli.StringSliceFlag{Name: "allow-exec", Usage: "let exec tasks run this executable (repeatable); without it exec tasks fail; prefer absolute paths"},
+			&cli.StringSliceFlag{Name: "allow-exec-env", Usage: "let an exec task's payload set this environment variable (repeatable); without it a payload may set none. " +
+				"Variables that make programs run other code (LD_*, BASH_*, PATH, PYTHON*, GIT_*, ...) are refused: see docs/exec.md"},
+			&cli.StringFlag{Name: "exec-user", Usage: "run exec children as this user (name or uid), with its primary group and no supplementary group; needs the node to run as root"},
 			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
 		),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c, "did you mean --buckets?"); err != nil {
 				return err
+			}
+			// Before anything else, and in every case: children of the
+			// node's uid must not read its environment or memory (the DSN
+			// is there) through /proc. See internal/hardening.
+			if err := hardening.DisableDumping(); err != nil {
+				return fmt.Errorf("cannot protect the node's memory from its children: %w", err)
 			}
 			cfg := node.Config{
 				NodeID: c.String("node-id"), NumBuckets: c.Int(numBucketsFlag.Name),
@@ -77,14 +88,49 @@ func runCommand() *cli.Command {
 			if err := node.ValidateConfig(cfg); err != nil {
 				return invalid(err)
 			}
-			dsn, err := requireDSN(c)
+			exec, err := execConfig(c, cfg.StopGrace)
 			if err != nil {
 				return err
 			}
-			exec := kinds.ExecConfig{Allowed: c.StringSlice("allow-exec"), Grace: cfg.StopGrace}
+			dsn, origin, err := requireDSNFrom(c)
+			if err != nil {
+				return err
+			}
+			// The node keeps the DSN in memory only. Unsetting it does not
+			// change /proc/<pid>/environ, which shows the environment the
+			// process started with: DisableDumping above is what keeps
+			// children from reading that.
+			if err := os.Unsetenv(dsnEnv); err != nil {
+				return fmt.Errorf("unset %s: %w", dsnEnv, err)
+			}
+			if origin == dsnFromFlag && hasPassword(dsn) {
+				log.Warn("the database password was given on the command line, which every user of this host can read " +
+					"(ps, /proc/<pid>/cmdline): give the connection string through " + dsnEnv + " or --dsn-file instead")
+			}
 			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log)
 		},
 	}
+}
+
+// execConfig maps the exec flags onto kinds.ExecConfig and checks it, so
+// that a node refuses to start (exit 2) rather than fail every exec task.
+func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
+	cfg := kinds.ExecConfig{
+		Allowed:    c.StringSlice("allow-exec"),
+		AllowedEnv: c.StringSlice("allow-exec-env"),
+		Grace:      grace,
+	}
+	if c.IsSet("exec-user") {
+		u, err := kinds.LookupExecUser(c.String("exec-user"))
+		if err != nil {
+			return cfg, invalid(fmt.Errorf("invalid --exec-user: %w", err))
+		}
+		cfg.User = u
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, invalid(err)
+	}
+	return cfg, nil
 }
 
 // runNode connects, brings the schema up to date, starts the node and runs

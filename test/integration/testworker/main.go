@@ -72,6 +72,11 @@ func run() int {
 		allowExec = append(allowExec, v)
 		return nil
 	})
+	var allowExecEnv []string
+	fs.Func("allow-exec-env", "let an exec payload set this environment variable (repeatable)", func(v string) error {
+		allowExecEnv = append(allowExecEnv, v)
+		return nil
+	})
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return exitInvalid
 	}
@@ -115,7 +120,11 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	exec := kinds.ExecConfig{Allowed: allowExec, Grace: cfg.StopGrace}
+	exec := kinds.ExecConfig{Allowed: allowExec, AllowedEnv: allowExecEnv, Grace: cfg.StopGrace}
+	if err := exec.Validate(); err != nil {
+		log.Error("invalid exec configuration", zap.Error(err))
+		return exitInvalid
+	}
 	if err := serve(ctx, *dsn, *ledgerDSN, *maxConns, *httpAddr, cfg, exec, log); err != nil {
 		log.Error("testworker failed", zap.Error(err))
 		if errors.Is(err, store.ErrNodeAlive) {
