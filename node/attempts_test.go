@@ -73,3 +73,22 @@ func TestTheRegistryCountsHandlersAndAttempts(t *testing.T) {
 		t.Errorf("after settling: %d registered, %d active; want 0, 0", reg, active)
 	}
 }
+
+func TestAResultWithANULCharacterCannotBeStored(t *testing.T) {
+	for _, c := range []struct {
+		result string
+		ok     bool
+	}{
+		{``, true},
+		{`{"a":"b"}`, true},
+		{`{"a":"\\u0000"}`, true}, // an escaped backslash, then the text u0000
+		{`{"a":"\u0000"}`, false},
+		{`["x\u0000y"]`, false},
+		{`{"a":"\\\u0000"}`, false},
+		{`{"a":`, false},
+	} {
+		if got := validResult([]byte(c.result)); got != c.ok {
+			t.Errorf("validResult(%s) = %v, want %v", c.result, got, c.ok)
+		}
+	}
+}

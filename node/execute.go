@@ -166,7 +166,25 @@ func abandonReason(why error) string {
 	}
 }
 
-// validResult reports whether a handler's result can be stored.
+// validResult reports whether a handler's result can be stored: valid JSON
+// with no NUL character, which PostgreSQL's jsonb refuses. A result that
+// cannot be stored fails the attempt instead of failing, again and again,
+// the write of every outcome batched with it.
 func validResult(r json.RawMessage) bool {
-	return len(r) == 0 || json.Valid(r)
+	return len(r) == 0 || json.Valid(r) && !hasNULEscape(r)
+}
+
+// hasNULEscape reports whether JSON text holds the escape \u0000: a
+// backslash that is not itself escaped, followed by u0000.
+func hasNULEscape(r []byte) bool {
+	for i := 0; i < len(r); i++ {
+		if r[i] != '\\' {
+			continue
+		}
+		if i+5 < len(r) && string(r[i+1:i+6]) == "u0000" {
+			return true
+		}
+		i++ // the escaped character, a backslash included
+	}
+	return false
 }

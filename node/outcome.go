@@ -34,7 +34,8 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 			tr.To, tr.Reason, tr.Result = task.Succeeded, "handler returned", a.view.Result
 			return tr
 		}
-		err = fmt.Errorf("the handler succeeded but set a result that is not valid JSON (%d bytes)", len(a.view.Result))
+		err = fmt.Errorf("the handler succeeded but set a result that cannot be stored: it is not valid JSON, "+
+			"or it holds a NUL character (\\u0000) (%d bytes)", len(a.view.Result))
 	}
 	retry := a.number < a.max && !errors.Is(err, task.ErrNoRetry)
 	switch {
