@@ -91,7 +91,7 @@ type TaskRequest struct {
 	RunAt       time.Time     // not before this time; zero means now
 	Delay       time.Duration // from the database's now, when RunAt is zero
 	MaxAttempts int           // 0 means store.DefaultMaxAttempts
-	Timeout     time.Duration // per attempt; 0 means none
+	Timeout     time.Duration // per attempt; 0 means none, else whole milliseconds from 1ms (see store.CheckTimeout)
 	UniqueKey   string
 }
 

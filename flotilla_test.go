@@ -174,6 +174,36 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 	}
 }
 
+func TestSubmitRefusesATimeoutTheStoreCannotKeep(t *testing.T) {
+	// PostgreSQL keeps timeouts in milliseconds with 0 for none: 500µs
+	// would silently become no timeout at all.
+	b := setup(t)
+	for _, d := range []time.Duration{500 * time.Microsecond, 2500 * time.Microsecond} {
+		req := flotilla.TaskRequest{Kind: "work", Key: "k", Timeout: d}
+		_, err := b.client.Submit(b.ctx, req, flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), d.String()) ||
+			!strings.Contains(err.Error(), "whole number of milliseconds") {
+			t.Errorf("Submit with timeout %v: %v, want store.ErrInvalid naming %v and what is valid", d, err, d)
+		}
+		tx, err := b.store.Pool().Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client.SubmitTx(b.ctx, tx, req); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SubmitTx with timeout %v: %v, want store.ErrInvalid", d, err)
+		}
+		_ = tx.Rollback(b.ctx)
+	}
+	if list, _ := b.client.List(b.ctx, store.TaskFilter{}); len(list) != 0 {
+		t.Fatalf("refused submissions wrote %d tasks", len(list))
+	}
+	ok, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work", Key: "k", Timeout: time.Millisecond},
+		flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+	if err != nil || ok.Timeout != time.Millisecond {
+		t.Fatalf("Submit with timeout 1ms: %+v, %v; want it kept", ok, err)
+	}
+}
+
 func TestSubmitTxFollowsTheCallersTransaction(t *testing.T) {
 	b := setup(t)
 	tx, err := b.store.Pool().Begin(b.ctx)
