@@ -2,14 +2,9 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
@@ -22,7 +17,7 @@ func TestEnsureDatabaseCreatesAMissingOneOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dsn := freshDatabase(t)
+	dsn := testdb.Missing(t)
 
 	created, err := postgres.EnsureDatabase(ctx, dsn)
 	if err != nil || !created {
@@ -48,7 +43,7 @@ func TestNodesStartingTogetherOnAFreshServerAllCreateAndMigrate(t *testing.T) {
 	const starters = 6
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dsn := freshDatabase(t)
+	dsn := testdb.Missing(t)
 
 	var (
 		wg      sync.WaitGroup
@@ -98,29 +93,4 @@ func createAndMigrate(ctx context.Context, dsn string) (bool, store.Meta, error)
 	defer s.Close()
 	meta, err := s.Migrate(ctx, 0)
 	return created, meta, err
-}
-
-// freshDatabase returns the DSN of a database that does not exist yet on the
-// test server, and drops it when the test ends.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	base := testdb.New(t) // an existing database on the test server
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("the test DSN is not a URL: %v", err)
-	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	name := "flotilla_test_ensure_" + hex.EncodeToString(suffix)
-	u.Path = "/" + name
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), base)
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close(context.Background())
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	})
-	return u.String()
 }
