@@ -7,6 +7,9 @@
 // Submit routes a task by its key to the key's bucket, and by default refuses
 // a task that would wait silently: one whose bucket no live node holds, or
 // whose kind the bucket's holder does not run (DESIGN invariants 7 and 11).
+// A task without a key has no bucket of its own: Submit places it in a
+// bucket that a live node holds and whose holder runs its kind, and refuses
+// it only when there is none.
 package flotilla
 
 import (
@@ -85,13 +88,13 @@ func (c *Client) Policy() bucket.Policy { return c.policy }
 // TaskRequest describes a task to submit.
 type TaskRequest struct {
 	Kind        string
-	Key         string // routes the task; "" spreads it over the buckets at random
+	Key         string // routes the task; "" places it in a served bucket at random (see SubmitMany)
 	Payload     json.RawMessage
 	Priority    int
 	RunAt       time.Time     // not before this time; zero means now
 	Delay       time.Duration // from the database's now, when RunAt is zero
 	MaxAttempts int           // 0 means store.DefaultMaxAttempts
-	Timeout     time.Duration // per attempt; 0 means none
+	Timeout     time.Duration // per attempt; 0 means none, else whole milliseconds from 1ms (see store.CheckTimeout)
 	UniqueKey   string
 }
 
@@ -115,20 +118,27 @@ func AllowUnknownKind() SubmitOption { return func(o *submitOptions) { o.allowUn
 // rather than from the request itself.
 var ErrRefused = errors.New("refused by the fleet")
 
-// UnheldBucketError refuses a task whose bucket no live node holds.
+// UnheldBucketError refuses a task whose bucket no live node holds. For a
+// task without a key, Bucket is -1: no live node holds any bucket.
 type UnheldBucketError struct {
 	Key    string
 	Bucket int
 }
 
 func (e *UnheldBucketError) Error() string {
+	if e.Bucket < 0 {
+		return "no live node holds any bucket: a task without a key would wait unserved; " +
+			"start a node, or submit with --allow-unowned"
+	}
 	return fmt.Sprintf("no live node holds bucket %d (key %q): the task would wait unserved; "+
 		"start a node whose --buckets include %d, or submit with --allow-unowned", e.Bucket, e.Key, e.Bucket)
 }
 
 func (e *UnheldBucketError) Is(target error) bool { return target == ErrRefused }
 
-// UnservedKindError refuses a task whose bucket's holder does not run its kind.
+// UnservedKindError refuses a task whose bucket's holder does not run its
+// kind. For a task without a key, Bucket is -1 and Holder empty: no node
+// that holds a bucket runs the kind, and Kinds lists what they run.
 type UnservedKindError struct {
 	Kind   string
 	Bucket int
@@ -137,6 +147,11 @@ type UnservedKindError struct {
 }
 
 func (e *UnservedKindError) Error() string {
+	if e.Bucket < 0 {
+		return fmt.Sprintf("no live node that holds a bucket runs kind %q (they run: %s); "+
+			"submit with --allow-unknown-kind to let the task wait for a node that does",
+			e.Kind, strings.Join(e.Kinds, ", "))
+	}
 	return fmt.Sprintf("node %s holds bucket %d but does not run kind %q (it runs: %s); "+
 		"submit with --allow-unknown-kind to let the task wait for a node that does",
 		e.Holder, e.Bucket, e.Kind, strings.Join(e.Kinds, ", "))
@@ -155,12 +170,25 @@ func (c *Client) Submit(ctx context.Context, r TaskRequest, opts ...SubmitOption
 
 // SubmitMany creates tasks atomically, all or none, after checking that each
 // would be served (unless told otherwise by opts).
+//
+// A task with a key goes to the key's bucket (xxhash64(key) mod N). A task
+// without one has no ordering to keep and no bucket of its own: it goes to a
+// bucket chosen at random among those a live node holds and whose holder
+// runs its kind (any held bucket with AllowUnknownKind). When there is none
+// it is refused, *UnheldBucketError when no live node holds any bucket and
+// *UnservedKindError when the holders do not run its kind; with
+// AllowUnowned it goes to a random bucket nobody holds instead. Its stored
+// key stays "".
 func (c *Client) SubmitMany(ctx context.Context, rs []TaskRequest, opts ...SubmitOption) ([]*task.Task, error) {
-	nts, err := c.route(rs)
+	var o submitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	nts, err := c.route(ctx, rs, o)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.checkServed(ctx, nts, opts); err != nil {
+	if err := c.checkServed(ctx, nts, o); err != nil {
 		return nil, err
 	}
 	return c.store.CreateTasks(ctx, nts)
@@ -169,13 +197,14 @@ func (c *Client) SubmitMany(ctx context.Context, rs []TaskRequest, opts ...Submi
 // SubmitTx creates tasks inside the caller's transaction: they exist, and
 // nodes hear of them, only if tx commits. It needs a PostgreSQL store. It
 // does not check that the tasks will be served, since the caller's
-// transaction decides when they exist.
+// transaction decides when they exist; a task without a key still goes to a
+// bucket a live node holds, when one does.
 func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, rs ...TaskRequest) ([]*task.Task, error) {
 	pg, ok := c.store.(*postgres.Store)
 	if !ok {
 		return nil, fmt.Errorf("SubmitTx needs the PostgreSQL store, not %T", c.store)
 	}
-	nts, err := c.route(rs)
+	nts, err := c.route(ctx, rs, submitOptions{allowUnowned: true, allowUnknownKind: true})
 	if err != nil {
 		return nil, err
 	}
@@ -183,11 +212,12 @@ func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, rs ...TaskRequest) ([]
 }
 
 // route turns requests into the store's form, with their buckets.
-func (c *Client) route(rs []TaskRequest) ([]store.NewTask, error) {
+func (c *Client) route(ctx context.Context, rs []TaskRequest, o submitOptions) ([]store.NewTask, error) {
 	if len(rs) == 0 {
 		return nil, fmt.Errorf("%w: no tasks to submit", store.ErrInvalid)
 	}
 	nts := make([]store.NewTask, len(rs))
+	keyless := false
 	for i, r := range rs {
 		if r.Kind == "" {
 			return nil, fmt.Errorf("%w: task %d has no kind", store.ErrInvalid, i)
@@ -195,23 +225,80 @@ func (c *Client) route(rs []TaskRequest) ([]store.NewTask, error) {
 		if len(r.Payload) > 0 && !json.Valid(r.Payload) {
 			return nil, fmt.Errorf("%w: task %d: payload is not valid JSON: %.60q", store.ErrInvalid, i, r.Payload)
 		}
-		b := rand.IntN(c.policy.Count())
+		b := -1
 		if r.Key != "" {
 			b = c.policy.Of(r.Key)
+		} else {
+			keyless = true
 		}
 		nts[i] = store.NewTask{
 			Kind: r.Kind, Key: r.Key, Bucket: b, Priority: r.Priority, RunAt: r.RunAt, Delay: r.Delay,
 			MaxAttempts: r.MaxAttempts, Timeout: r.Timeout, Payload: r.Payload, UniqueKey: r.UniqueKey,
 		}
 	}
+	if !keyless {
+		return nts, nil
+	}
+	view, err := c.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nts {
+		if nts[i].Key != "" {
+			continue
+		}
+		b, err := c.place(view, nts[i].Kind, o)
+		if err != nil && len(nts) > 1 {
+			return nil, fmt.Errorf("task %d of %d: %w", i, len(nts), err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		nts[i].Bucket = b
+	}
 	return nts, nil
 }
 
-func (c *Client) checkServed(ctx context.Context, nts []store.NewTask, opts []SubmitOption) error {
-	var o submitOptions
-	for _, opt := range opts {
-		opt(&o)
+// place chooses the bucket of a task without a key (see SubmitMany).
+func (c *Client) place(view fleetView, kind string, o submitOptions) (int, error) {
+	var served []int
+	kinds := map[string]bool{}
+	for b, holder := range view.holders {
+		if o.allowUnknownKind || runs(holder, kind) {
+			served = append(served, b)
+		}
+		for _, k := range holder.Kinds {
+			kinds[k] = true
+		}
 	}
+	if len(served) > 0 {
+		return served[rand.IntN(len(served))], nil
+	}
+	if o.allowUnowned {
+		var unheld []int
+		for b := range c.policy.Count() {
+			if _, held := view.holders[b]; !held {
+				unheld = append(unheld, b)
+			}
+		}
+		if len(unheld) > 0 {
+			return unheld[rand.IntN(len(unheld))], nil
+		}
+	}
+	if len(view.holders) == 0 {
+		return 0, &UnheldBucketError{Bucket: -1}
+	}
+	run := make([]string, 0, len(kinds))
+	for k := range kinds {
+		run = append(run, k)
+	}
+	sort.Strings(run)
+	return 0, &UnservedKindError{Kind: kind, Bucket: -1, Kinds: run}
+}
+
+// checkServed refuses a task with a key whose bucket would not serve it; a
+// task without one was placed where it is served (route).
+func (c *Client) checkServed(ctx context.Context, nts []store.NewTask, o submitOptions) error {
 	if o.allowUnowned && o.allowUnknownKind {
 		return nil
 	}
@@ -220,6 +307,9 @@ func (c *Client) checkServed(ctx context.Context, nts []store.NewTask, opts []Su
 		return err
 	}
 	for _, nt := range nts {
+		if nt.Key == "" {
+			continue
+		}
 		holder, ok := view.holders[nt.Bucket]
 		if !ok {
 			if o.allowUnowned {

@@ -162,6 +162,87 @@ func TestSubmitRefusesWhatNobodyWouldServe(t *testing.T) {
 	}
 }
 
+func TestKeylessSubmitsGoToBucketsALiveNodeHolds(t *testing.T) {
+	b := setup(t)
+	b.startNode(t) // holds 0-31 of the 64 buckets, runs "work"
+	held := span(0, 31)
+	inHeld := func(tasks ...*task.Task) {
+		t.Helper()
+		for _, tk := range tasks {
+			if !held.Contains(tk.Bucket) || tk.Key != "" {
+				t.Errorf("keyless task %d went to bucket %d with key %q, want a bucket of %s and no key",
+					tk.ID, tk.Bucket, tk.Key, held)
+			}
+		}
+	}
+	for range 40 {
+		created, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work"})
+		if err != nil {
+			t.Fatalf("keyless Submit: %v, want it accepted", err)
+		}
+		inHeld(created)
+	}
+	many := make([]flotilla.TaskRequest, 40)
+	for i := range many {
+		many[i] = flotilla.TaskRequest{Kind: "work"}
+	}
+	created, err := b.client.SubmitMany(b.ctx, many)
+	if err != nil {
+		t.Fatalf("keyless SubmitMany: %v, want it accepted", err)
+	}
+	inHeld(created...)
+	tx, err := b.store.Pool().Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err = b.client.SubmitTx(b.ctx, tx, many...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	inHeld(created...)
+
+	// A kind the holder does not run has no bucket to wait in, unless the
+	// submitter accepts that it waits.
+	_, err = b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "resize"})
+	var unserved *flotilla.UnservedKindError
+	if !errors.As(err, &unserved) || !errors.Is(err, flotilla.ErrRefused) || unserved.Kind != "resize" ||
+		!strings.Contains(err.Error(), `runs kind "resize"`) {
+		t.Fatalf("keyless submit of a kind nobody runs: %v, want *UnservedKindError", err)
+	}
+	resize, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "resize"}, flotilla.AllowUnknownKind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inHeld(resize)
+}
+
+func TestKeylessSubmitsAreRefusedOnlyWhenNoBucketIsHeld(t *testing.T) {
+	b := setup(t) // no node
+	_, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work"})
+	var unheld *flotilla.UnheldBucketError
+	if !errors.As(err, &unheld) || !errors.Is(err, flotilla.ErrRefused) || unheld.Bucket != -1 ||
+		!strings.Contains(err.Error(), "--allow-unowned") {
+		t.Fatalf("keyless submit with no live node: %v, want *UnheldBucketError naming --allow-unowned", err)
+	}
+	_, err = b.client.SubmitMany(b.ctx, []flotilla.TaskRequest{{Kind: "work", Key: "k"}, {Kind: "work"}}, flotilla.AllowUnknownKind())
+	if !errors.As(err, &unheld) || !strings.Contains(err.Error(), "task 1 of 2") {
+		t.Fatalf("a batch with a keyless task and no live node: %v, want *UnheldBucketError naming task 1", err)
+	}
+	if list, _ := b.client.List(b.ctx, store.TaskFilter{}); len(list) != 0 {
+		t.Fatalf("refused submissions wrote %d tasks", len(list))
+	}
+	waiting, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work"}, flotilla.AllowUnowned())
+	if err != nil {
+		t.Fatalf("keyless submit with --allow-unowned: %v", err)
+	}
+	if waiting.Bucket < 0 || waiting.Bucket >= b.client.Policy().Count() {
+		t.Errorf("bucket %d is not one of the fleet's", waiting.Bucket)
+	}
+}
+
 func TestSubmitRefusesBadInput(t *testing.T) {
 	b := setup(t)
 	for name, req := range map[string]flotilla.TaskRequest{
@@ -171,6 +252,36 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 		if _, err := b.client.Submit(b.ctx, req, flotilla.AllowUnowned(), flotilla.AllowUnknownKind()); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("%s: %v, want store.ErrInvalid", name, err)
 		}
+	}
+}
+
+func TestSubmitRefusesATimeoutTheStoreCannotKeep(t *testing.T) {
+	// PostgreSQL keeps timeouts in milliseconds with 0 for none: 500µs
+	// would silently become no timeout at all.
+	b := setup(t)
+	for _, d := range []time.Duration{500 * time.Microsecond, 2500 * time.Microsecond} {
+		req := flotilla.TaskRequest{Kind: "work", Key: "k", Timeout: d}
+		_, err := b.client.Submit(b.ctx, req, flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), d.String()) ||
+			!strings.Contains(err.Error(), "whole number of milliseconds") {
+			t.Errorf("Submit with timeout %v: %v, want store.ErrInvalid naming %v and what is valid", d, err, d)
+		}
+		tx, err := b.store.Pool().Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client.SubmitTx(b.ctx, tx, req); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SubmitTx with timeout %v: %v, want store.ErrInvalid", d, err)
+		}
+		_ = tx.Rollback(b.ctx)
+	}
+	if list, _ := b.client.List(b.ctx, store.TaskFilter{}); len(list) != 0 {
+		t.Fatalf("refused submissions wrote %d tasks", len(list))
+	}
+	ok, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work", Key: "k", Timeout: time.Millisecond},
+		flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+	if err != nil || ok.Timeout != time.Millisecond {
+		t.Fatalf("Submit with timeout 1ms: %+v, %v; want it kept", ok, err)
 	}
 }
 

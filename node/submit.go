@@ -138,8 +138,8 @@ func checkSubmit(req SubmitRequest, policy bucket.Policy, owned bucket.Set, all 
 		return store.NewTask{}, fmt.Errorf("%w: the payload of the %q task is not valid JSON", store.ErrInvalid, req.Kind)
 	case req.MaxAttempts < 0:
 		return store.NewTask{}, fmt.Errorf("%w: MaxAttempts %d is negative", store.ErrInvalid, req.MaxAttempts)
-	case req.Timeout < 0:
-		return store.NewTask{}, fmt.Errorf("%w: Timeout %v is negative", store.ErrInvalid, req.Timeout)
+	case store.CheckTimeout(req.Timeout) != nil:
+		return store.NewTask{}, fmt.Errorf("%w: %w", store.ErrInvalid, store.CheckTimeout(req.Timeout))
 	case req.Delay < 0:
 		return store.NewTask{}, fmt.Errorf("%w: Delay %v is negative", store.ErrInvalid, req.Delay)
 	case req.Delay > 0 && !req.RunAt.IsZero():

@@ -25,4 +25,10 @@
 // that cannot be reached ends the rescue with an error and the report of
 // what was done so far; the tasks left are still expired, so the next
 // rescue finds them again. Nothing is lost by stopping half-way.
+//
+// RunOperator is the same rescue run from outside the fleet (`worker
+// reconcile`), in buckets no live node holds. It takes their leases first,
+// renews them every TTL/3 for as long as it works, and stops with
+// ErrOperatorLeaseLost when a renewal finds a bucket taken or none is
+// answered before its local deadline; it releases them when it ends.
 package reconcile

@@ -213,16 +213,36 @@ type NewTask struct {
 	Key         string
 	Bucket      int // the caller computes it from Key with the fleet's bucket.Policy
 	Priority    int
-	RunAt       time.Time     // zero: now; both zero and past mean due at once
-	Delay       time.Duration // added to the database's now when RunAt is zero
-	MaxAttempts int           // 0 means DefaultMaxAttempts
-	Timeout     time.Duration
+	RunAt       time.Time       // zero: now; both zero and past mean due at once
+	Delay       time.Duration   // added to the database's now when RunAt is zero
+	MaxAttempts int             // 0 means DefaultMaxAttempts
+	Timeout     time.Duration   // per attempt; 0 means none; see CheckTimeout
 	Payload     json.RawMessage // nil means null; otherwise must be valid JSON
 	UniqueKey   string
 	Pending     bool // created pending (a pipeline child), not queued
 
 	Schedule     string
 	ScheduledFor time.Time
+}
+
+// CheckTimeout refuses a per-attempt timeout that a store cannot keep as
+// given. Stores keep timeouts in whole milliseconds, PostgreSQL's unit, with
+// 0 meaning none: a timeout under 1ms would become no timeout at all, and
+// one with a fraction of a millisecond would be cut short, so both are
+// refused rather than changed. Every store checks each task and schedule
+// with it, so that they all accept the same timeouts. The error names the
+// value and what is valid; callers add their context and store.ErrInvalid.
+func CheckTimeout(d time.Duration) error {
+	const valid = "give 0 for none, or a whole number of milliseconds from 1ms"
+	switch {
+	case d < 0:
+		return fmt.Errorf("timeout %v is negative: %s", d, valid)
+	case d > 0 && d < time.Millisecond:
+		return fmt.Errorf("timeout %v is under 1ms, which would mean none: %s", d, valid)
+	case d%time.Millisecond != 0:
+		return fmt.Errorf("timeout %v is not a whole number of milliseconds: %s", d, valid)
+	}
+	return nil
 }
 
 // DefaultMaxAttempts is used when a NewTask leaves MaxAttempts at zero.

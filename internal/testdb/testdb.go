@@ -65,25 +65,40 @@ const noServerMessage = "set " + EnvDSN + " to a PostgreSQL server " +
 // test and its subtests have finished (t.Cleanup).
 func New(t testing.TB) string {
 	t.Helper()
-
-	admin, err := adminDSN()
-	if err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-
-	name, err := randomName()
-	if err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-	dsn, err := withDatabase(admin, name)
-	if err != nil {
-		t.Fatalf("testdb: %s=%s: %v", EnvDSN, Redact(admin), err)
-	}
-
+	admin, name, dsn := reserve(t)
 	ident := pgx.Identifier{name}.Sanitize()
 	if err := adminExec(admin, "CREATE DATABASE "+ident+" TEMPLATE template0"); err != nil {
 		t.Fatalf("testdb: create database %s on %s: %v", name, Redact(admin), err)
 	}
+	return dsn
+}
+
+// Missing returns the DSN of a database with a fresh name that does not
+// exist yet, for tests of what creates it. Whatever creates it, it is
+// dropped when the test has finished, like one of New.
+func Missing(t testing.TB) string {
+	t.Helper()
+	_, _, dsn := reserve(t)
+	return dsn
+}
+
+// reserve draws a database name, registers its drop, and returns the admin
+// DSN, the name and the DSN that names it.
+func reserve(t testing.TB) (admin, name, dsn string) {
+	t.Helper()
+	admin, err := adminDSN()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	name, err = randomName()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	dsn, err = withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("testdb: %s=%s: %v", EnvDSN, Redact(admin), err)
+	}
+	ident := pgx.Identifier{name}.Sanitize()
 	t.Cleanup(func() {
 		// Asked again: a container restarted meanwhile (RestartContainer)
 		// may listen on another port.
@@ -94,7 +109,7 @@ func New(t testing.TB) string {
 			t.Errorf("testdb: drop database %s on %s: %v", name, Redact(admin), err)
 		}
 	})
-	return dsn
+	return admin, name, dsn
 }
 
 // adminDSN returns the DSN of the server to create databases on: the one in

@@ -132,6 +132,39 @@ func TestDatabaseDroppedAfterTest(t *testing.T) {
 	}
 }
 
+func TestMissingNamesADatabaseToCreateAndDropsIt(t *testing.T) {
+	needsServer(t)
+	admin, err := adminDSN()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, admin)
+	exists := func(name string) bool {
+		return queryRow[int](t, conn, "SELECT count(*)::int FROM pg_database WHERE datname = $1", name) == 1
+	}
+	var name string
+	t.Run("creates it", func(t *testing.T) {
+		dsn := Missing(t)
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name = cfg.Database
+		if !strings.HasPrefix(name, NamePrefix) || exists(name) {
+			t.Fatalf("Missing gave database %q, want a new name starting with %s that does not exist", name, NamePrefix)
+		}
+		if _, err := conn.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if name == "" {
+		t.Fatal("subtest failed before naming its database")
+	}
+	if exists(name) {
+		t.Errorf("database %s still exists after its test ended", name)
+	}
+}
+
 // TestNoServerFails checks that New fails, and does not skip, when
 // FLOTILLA_TEST_DSN is unset and Docker cannot be reached. It runs
 // TestNoServerHelper in a child process with DOCKER_HOST pointing nowhere.

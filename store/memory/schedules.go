@@ -38,8 +38,8 @@ func (db *database) checkSchedule(sc store.Schedule) error {
 			store.ErrInvalid, sc.Name, sc.CatchUp, store.CatchUpSkip, store.CatchUpLatest)
 	case sc.MaxAttempts < 0:
 		return fmt.Errorf("%w: schedule %q: max attempts %d is negative", store.ErrInvalid, sc.Name, sc.MaxAttempts)
-	case sc.Timeout < 0:
-		return fmt.Errorf("%w: schedule %q: timeout %v is negative", store.ErrInvalid, sc.Name, sc.Timeout)
+	case store.CheckTimeout(sc.Timeout) != nil:
+		return fmt.Errorf("%w: schedule %q: %w", store.ErrInvalid, sc.Name, store.CheckTimeout(sc.Timeout))
 	}
 	if err := db.checkBucket(sc.Bucket); err != nil {
 		return fmt.Errorf("schedule %q: %w", sc.Name, err)

@@ -104,8 +104,9 @@ func (db *database) checkNewTask(nt store.NewTask) error {
 		return fmt.Errorf("%w: a task needs a kind", store.ErrInvalid)
 	case nt.MaxAttempts < 0:
 		return fmt.Errorf("%w: max attempts %d is negative", store.ErrInvalid, nt.MaxAttempts)
-	case nt.Timeout < 0:
-		return fmt.Errorf("%w: timeout %v is negative", store.ErrInvalid, nt.Timeout)
+	}
+	if err := store.CheckTimeout(nt.Timeout); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}
 	if err := db.checkBucket(nt.Bucket); err != nil {
 		return err

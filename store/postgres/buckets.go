@@ -71,7 +71,7 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 	if err := req.Buckets.CheckRange(n); err != nil {
 		return nil, fmt.Errorf("acquire buckets: %w: %w", err, store.ErrInvalid)
 	}
-	rows, err := s.pool.Query(ctx, acquireSQL, bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL))
+	rows, err := s.leases.Query(ctx, acquireSQL, bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL))
 	if err != nil {
 		return nil, wrap(err, "acquire buckets %s", req.Buckets)
 	}
@@ -132,7 +132,7 @@ func (s *Store) ReleaseBuckets(ctx context.Context, owner string, buckets bucket
 	if !buckets.Empty() {
 		filter = bucketArray(buckets)
 	}
-	rows, err := s.pool.Query(ctx, releaseSQL, owner, filter)
+	rows, err := s.leases.Query(ctx, releaseSQL, owner, filter)
 	if err != nil {
 		return nil, wrap(err, "release buckets of %s", owner)
 	}

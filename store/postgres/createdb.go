@@ -36,14 +36,31 @@ func EnsureDatabase(ctx context.Context, dsn string) (created bool, err error) {
 			"server's postgres database, which failed: %w", name, err)
 	}
 	defer conn.Close(ctx)
+	// Nodes started together on a fresh server all find the database
+	// missing and all create it: one succeeds, and the others learn that
+	// it exists from their error (see createdMeanwhile).
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: created meanwhile
+	if createdMeanwhile(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("creating database %q: %w", name, wrapCreate(err))
 	}
 	return true, nil
+}
+
+// createdMeanwhile reports whether CREATE DATABASE failed because another
+// session created the database first. PostgreSQL answers duplicate_database
+// only when the other creation had committed before this one looked; when
+// both were under way at once, the loser fails on pg_database's unique index
+// with a unique violation (seen with 4 or 5 of 6 nodes started together).
+func createdMeanwhile(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "42P04" || // duplicate_database
+		(pgErr.Code == "23505" && pgErr.ConstraintName == "pg_database_datname_index") // unique_violation
 }
 
 func wrapCreate(err error) error {

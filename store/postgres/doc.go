@@ -46,6 +46,9 @@
 //
 // New opens a pgxpool.Pool with plan_cache_mode=force_custom_plan (see
 // New), an application_name and an optional statement_timeout, and pings
-// it, so that an unreachable database fails at once. Listen uses a
-// dedicated connection per subscription, outside the pool.
+// it, so that an unreachable database fails at once. Bucket leases (acquire,
+// renew, release) and node heartbeats use a second pool of LeaseConns
+// connections, so that a renewal never waits behind the application's
+// queries for a connection of the main pool. Listen uses a dedicated
+// connection per subscription, outside both pools.
 package postgres

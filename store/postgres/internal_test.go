@@ -2,11 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
@@ -202,5 +205,25 @@ func TestASlowClaimIsRolledBackByTheDatabase(t *testing.T) {
 	}
 	if got.Status != "queued" || got.ClaimSeq != 0 {
 		t.Errorf("after the timed-out claim the task is %s with claim_seq %d, want queued and unclaimed", got.Status, got.ClaimSeq)
+	}
+}
+
+func TestCreatedMeanwhileKnowsBothAnswersOfALostRace(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"duplicate_database", &pgconn.PgError{Code: "42P04"}, true},
+		{"unique violation on the name", &pgconn.PgError{Code: "23505", ConstraintName: "pg_database_datname_index"}, true},
+		{"wrapped", fmt.Errorf("exec: %w", &pgconn.PgError{Code: "42P04"}), true},
+		{"unique violation elsewhere", &pgconn.PgError{Code: "23505", ConstraintName: "other_index"}, false},
+		{"insufficient_privilege", &pgconn.PgError{Code: "42501"}, false},
+		{"not from the server", errors.New("connection reset"), false},
+		{"no error", nil, false},
+	} {
+		if got := createdMeanwhile(c.err); got != c.want {
+			t.Errorf("%s: createdMeanwhile(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, incarnation string, ttl time.
 	if ttl <= 0 {
 		return fmt.Errorf("heartbeat of %s: TTL %v is not positive: %w", incarnation, ttl, store.ErrInvalid)
 	}
-	tag, err := s.pool.Exec(ctx, heartbeatNodeSQL, incarnation, micros(ttl))
+	tag, err := s.leases.Exec(ctx, heartbeatNodeSQL, incarnation, micros(ttl))
 	if err != nil {
 		return wrap(err, "heartbeat of %s", incarnation)
 	}

@@ -27,12 +27,22 @@ const (
 	// sets no connect_timeout, so that an unreachable database fails fast
 	// instead of waiting for the operating system to give up.
 	DefaultConnectTimeout = 10 * time.Second
+	// LeaseConns is the size of the pool that bucket leases and node
+	// heartbeats have to themselves (see Store).
+	LeaseConns = 2
 )
 
 // Store is the PostgreSQL store. It is safe for concurrent use; Close it
 // when done.
 type Store struct {
 	pool *pgxpool.Pool
+	// leases serves the statements that keep a node's standing: acquiring,
+	// renewing and releasing bucket leases, and the node's heartbeat. A
+	// renewal must answer within its timeout or the node gives up its
+	// buckets; an application whose queries fill the main pool (a store
+	// shared with it, or a burst of submits) must not make it wait for a
+	// connection.
+	leases *pgxpool.Pool
 
 	mu     sync.Mutex
 	subs   map[*subscription]struct{}
@@ -123,6 +133,9 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(1, o.statementTimeout.Milliseconds()), 10)
 	}
 
+	leaseCfg := cfg.Copy()
+	leaseCfg.MaxConns, leaseCfg.MinConns = LeaseConns, 0
+
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
@@ -131,7 +144,14 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
 	}
-	return &Store{pool: pool, subs: map[*subscription]struct{}{}}, nil
+	// Its connections open when first used: a client that never takes a
+	// lease never opens one.
+	leases, err := pgxpool.NewWithConfig(ctx, leaseCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
+	}
+	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}}, nil
 }
 
 // where names the server and database of cfg for messages: host:port/db,
@@ -173,7 +193,8 @@ func hasSetting(dsn, name string) bool {
 
 // Pool returns the store's connection pool, for tests and benchmarks that
 // look at the tables directly, and for callers that open the transactions
-// given to CreateTasksTx.
+// given to CreateTasksTx. Bucket leases and heartbeats do not use it: they
+// have LeaseConns connections of their own.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close ends every subscription and closes the pool. It waits for
@@ -190,6 +211,7 @@ func (s *Store) Close() {
 		_ = sub.Close()
 	}
 	s.pool.Close()
+	s.leases.Close()
 }
 
 const nowSQL = `SELECT statement_timestamp()`

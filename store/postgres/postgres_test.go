@@ -613,3 +613,64 @@ func TestDocumentsReadBack(t *testing.T) {
 		t.Errorf("a result that is not JSON: %v, want store.ErrInvalid", err)
 	}
 }
+
+func TestLeasesAndHeartbeatsDoNotWaitForTheApplicationsConnections(t *testing.T) {
+	ctx := testContext(t)
+	const mainConns = 3
+	s := migrated(t, 16, postgres.WithMaxConns(mainConns))
+	const owner = "n/1"
+	if err := s.RegisterNode(ctx, store.NodeInfo{ID: "n", Incarnation: owner, Buckets: bucket.All(16)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	req := store.AcquireRequest{Owner: owner, Node: "n", Buckets: bucket.All(16), TTL: time.Minute}
+	if _, err := s.AcquireBuckets(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+
+	// The application holds every connection of the main pool, as a burst
+	// of long queries on a shared store does.
+	for range mainConns {
+		conn, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Release)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Now(waitCtx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a query with the main pool full: %v, want it to wait for a connection until its deadline", err)
+	}
+
+	// A node renews within heartbeat/2: 2.5s with the default lease TTL.
+	const renewalTimeout = 2500 * time.Millisecond
+	for _, step := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"renewal", func(ctx context.Context) error {
+			leases, err := s.AcquireBuckets(ctx, req)
+			for _, l := range leases {
+				if !l.Held || l.Acquired {
+					return fmt.Errorf("bucket %d: %+v, want it renewed", l.Bucket, l)
+				}
+			}
+			return err
+		}},
+		{"heartbeat", func(ctx context.Context) error { return s.HeartbeatNode(ctx, owner, time.Minute) }},
+		{"release", func(ctx context.Context) error {
+			released, err := s.ReleaseBuckets(ctx, owner, bucket.Of(3))
+			if err == nil && !reflect.DeepEqual(released, []int{3}) {
+				return fmt.Errorf("released %v, want [3]", released)
+			}
+			return err
+		}},
+	} {
+		callCtx, cancel := context.WithTimeout(ctx, renewalTimeout)
+		err := step.call(callCtx)
+		cancel()
+		if err != nil {
+			t.Errorf("%s with the main pool full: %v, want it done within %v", step.name, err, renewalTimeout)
+		}
+	}
+}

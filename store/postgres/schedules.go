@@ -74,8 +74,8 @@ func (s *Store) checkSchedule(ctx context.Context, sc store.Schedule) error {
 		return bad("unknown catch-up policy %q: valid policies are %s and %s", sc.CatchUp, store.CatchUpSkip, store.CatchUpLatest)
 	case sc.MaxAttempts < 0:
 		return bad("max attempts %d is negative", sc.MaxAttempts)
-	case sc.Timeout < 0:
-		return bad("timeout %v is negative", sc.Timeout)
+	case store.CheckTimeout(sc.Timeout) != nil:
+		return bad("%v", store.CheckTimeout(sc.Timeout))
 	case sc.Priority < math.MinInt32 || sc.Priority > math.MaxInt32:
 		return bad("priority %d is out of range", sc.Priority)
 	case !validJSON(sc.Payload):

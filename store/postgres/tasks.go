@@ -124,12 +124,13 @@ func validateTasks(tasks []store.NewTask, numBuckets int) error {
 			return bad("bucket %d does not exist: this fleet has buckets 0-%d", nt.Bucket, numBuckets-1)
 		case nt.MaxAttempts < 0:
 			return bad("max attempts %d is negative", nt.MaxAttempts)
-		case nt.Timeout < 0:
-			return bad("timeout %v is negative", nt.Timeout)
 		case nt.Priority < math.MinInt32 || nt.Priority > math.MaxInt32:
 			return bad("priority %d is out of range", nt.Priority)
 		case nt.ScheduledFor.IsZero() != (nt.Schedule == ""):
 			return bad("schedule and scheduled-for go together")
+		}
+		if err := store.CheckTimeout(nt.Timeout); err != nil {
+			return bad("%v", err)
 		}
 		if nt.UniqueKey != "" {
 			if j, dup := seen[nt.UniqueKey]; dup {

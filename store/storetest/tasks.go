@@ -202,4 +202,36 @@ func testTasks(t *testing.T, h Harness) {
 			t.Errorf("an empty bucket is reported: %+v", got[0])
 		}
 	})
+
+	t.Run("TimeoutsAStoreCannotKeepAreRefused", func(t *testing.T) {
+		b := setup(t, h)
+		now, err := b.s.Now(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []time.Duration{time.Nanosecond, 999 * time.Microsecond, 1500 * time.Microsecond, -time.Millisecond} {
+			_, err := b.s.CreateTasks(b.ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1, Timeout: d}})
+			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), d.String()) {
+				t.Errorf("a task with timeout %v: %v, want store.ErrInvalid naming %v", d, err, d)
+			}
+			_, err = b.s.UpsertSchedule(b.ctx, store.Schedule{Name: "s", Spec: "@every 1m", Kind: "noop", Key: "s",
+				Bucket: 1, Timeout: d, Enabled: true, NextFireAt: now}, false)
+			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), d.String()) {
+				t.Errorf("a schedule with timeout %v: %v, want store.ErrInvalid naming %v", d, err, d)
+			}
+		}
+		list, err := b.s.ListTasks(b.ctx, store.TaskFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 0 {
+			t.Errorf("refused timeouts left %d tasks behind", len(list))
+		}
+		for _, d := range []time.Duration{0, time.Millisecond, 1500 * time.Millisecond} {
+			created := b.create(store.NewTask{Key: "k", Bucket: 1, Timeout: d})[0]
+			if got := b.get(created.ID).Timeout; got != d {
+				t.Errorf("a task created with timeout %v reads back with %v", d, got)
+			}
+		}
+	})
 }
