@@ -23,7 +23,7 @@ func TestStopFromAThirdProcess(t *testing.T) {
 	f.waitUntilHeld("a", low, startWithin)
 	f.waitUntilHeld("b", high, startWithin)
 
-	id := f.submit("--kind", "sleep", "--key", keyIn(t, f.policy, low, "sleepy"), "--payload", `{"duration":"60s"}`)
+	id := f.submit("--kind", "sleep", "--key", keyIn(t, f.policy, low, "sleepy"), "--payload", `{"duration":"1h"}`)
 	f.waitForTask(id, "running", func(tk *task.Task) bool { return tk.Status == task.Running })
 
 	stdout, stderr, code := f.cli("stop", fmt.Sprint(id), "--wait", "--reason", "test")
@@ -46,6 +46,12 @@ func TestStopFromAThirdProcess(t *testing.T) {
 	}
 	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopping -> stopped") {
 		t.Errorf("trail %s, want ... running -> stopping -> stopped", got)
+	}
+	// The handler itself saw the cancellation and returned: the stop was
+	// recorded from its outcome, not by abandoning it after the grace.
+	if last := r.Events[len(r.Events)-1]; last.Reason != "stopped on request" {
+		t.Errorf("the stop was recorded with reason %q, want %q (the handler returned on its cancellation)",
+			last.Reason, "stopped on request")
 	}
 
 	// A queued task nobody serves is cancelled at once, no node involved.
