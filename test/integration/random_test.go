@@ -87,26 +87,27 @@ func TestRandomizedConcurrency(t *testing.T) {
 	var actions [8]int
 	for time.Now().Before(deadline) {
 		<-tick.C
-		switch roll := rng.IntN(100); {
-		case roll < 30:
+		// A crash or a shutdown about every 10 s each; the rest every tick.
+		switch roll := rng.IntN(1000); {
+		case roll < 300:
 			f.submit(rng)
 			actions[0]++
-		case roll < 42:
+		case roll < 420:
 			f.stop(rng)
 			actions[1]++
-		case roll < 50:
+		case roll < 500:
 			f.pause(rng)
 			actions[2]++
-		case roll < 58:
+		case roll < 580:
 			f.resume(rng)
 			actions[3]++
-		case roll < 66:
+		case roll < 660:
 			f.lockRow(rng)
 			actions[4]++
-		case roll < 67:
+		case roll < 662:
 			f.crash(rng)
 			actions[5]++
-		case roll < 68:
+		case roll < 664:
 			f.shutdown(rng)
 			actions[6]++
 		default:
@@ -162,12 +163,14 @@ func (f *randomFleet) start(prefix string, declared bucket.Set) {
 	f.started++
 	id := fmt.Sprintf("%s-%d", prefix, f.started)
 	f.mu.Unlock()
-	s, err := postgres.New(f.ctx, f.dsn)
+	// A small pool: crashed and stopped nodes are replaced, and the server's
+	// connections are shared with every other test.
+	s, err := postgres.New(f.ctx, f.dsn, postgres.WithMaxConns(6))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.t.Cleanup(s.Close)
-	sev := &severableStore{Store: s, Notifier: s}
+	f.t.Cleanup(s.Close) // Close is safe to call twice
+	sev := &severableStore{Store: s, Notifier: s, pg: s}
 	n, err := node.New(sev, node.Config{
 		NodeID: id, Buckets: declared, Concurrency: 8,
 		BucketLeaseTTL: 3 * time.Second, TaskLeaseTTL: 3 * time.Second,
@@ -368,6 +371,7 @@ func (f *randomFleet) crash(rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
 	_ = rn.n.Shutdown(ctx)
+	rn.store.pg.Close()
 	f.start("crashed", rn.declared)
 }
 
@@ -382,6 +386,7 @@ func (f *randomFleet) shutdown(rng *rand.Rand) {
 	if err := rn.n.Shutdown(ctx); err != nil {
 		f.t.Errorf("graceful shutdown: %v", err)
 	}
+	rn.store.pg.Close()
 	f.start("restarted", rn.declared)
 }
 
@@ -560,6 +565,7 @@ func (l *ledger) overlaps() []string {
 type severableStore struct {
 	store.Store
 	store.Notifier
+	pg   *postgres.Store
 	dead atomic.Bool
 }
 
