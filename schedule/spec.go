@@ -30,7 +30,10 @@ func (e *SpecError) Error() string {
 // Is makes errors.Is(err, ErrInvalidSpec) true for a *SpecError.
 func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
 
-// MinEvery is the shortest interval accepted by "@every".
+// MinEvery is the shortest interval accepted by "@every". Intervals are
+// whole seconds too: the store keeps fire times to the microsecond, and a
+// tick with a fraction of a second would be stored earlier than computed,
+// so the compare-and-set that advances it would never move it.
 const MinEvery = time.Second
 
 // parser accepts 5-field cron, 6-field cron with a leading seconds field, and
@@ -67,7 +70,8 @@ type Spec struct {
 //   - a 5-field cron expression ("*/5 * * * *"),
 //   - a 6-field cron expression whose first field is seconds ("30 0 * * * *"),
 //   - a descriptor ("@hourly", "@daily", "@weekly", "@monthly", "@yearly"),
-//   - "@every D" with a Go duration D of at least one second.
+//   - "@every D" with a Go duration D of a whole number of seconds, at
+//     least one.
 //
 // "@every" ticks are anchored at Epoch (the Unix epoch): they fall on
 // Epoch + k×D, whatever the time zone, so "@every 1m" ticks at whole minutes.
@@ -110,6 +114,10 @@ func ParseAnchored(expr, timezone string, anchor time.Time) (Spec, error) {
 		}
 		if d < MinEvery {
 			return bad("@every %s is shorter than %s", fields[1], MinEvery)
+		}
+		if d%time.Second != 0 {
+			return bad("@every %s is not a whole number of seconds: give whole seconds, such as %s or %s",
+				fields[1], formatDuration(d.Truncate(time.Second)), formatDuration(d.Truncate(time.Second)+time.Second))
 		}
 		s.every = d
 		s.anchor = anchor

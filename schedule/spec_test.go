@@ -147,7 +147,7 @@ func TestString(t *testing.T) {
 		{"@every 5400s", "@every 1h30m"},
 		{"@every 1h0m0s", "@every 1h"},
 		{"@every 90s", "@every 1m30s"},
-		{"@every  1.5s", "@every 1.5s"},
+		{"@every  2s", "@every 2s"},
 		{"@every 1s", "@every 1s"},
 	} {
 		s := mustParse(t, tc.expr, "")
@@ -177,6 +177,8 @@ func TestParseRefusals(t *testing.T) {
 		{"@fortnightly", "", []string{`"@fortnightly"`, "unrecognized descriptor"}},
 		{"@every 500ms", "", []string{`invalid schedule "@every 500ms": @every 500ms is shorter than 1s`}},
 		{"@every 0s", "", []string{"shorter than 1s"}},
+		{"@every 1.5s", "", []string{`"@every 1.5s"`, "not a whole number of seconds", "such as 1s or 2s"}},
+		{"@every 1h0m0.000001s", "", []string{"not a whole number of seconds", "such as 1h or 1h0m1s"}},
 		{"@every -1m", "", []string{"shorter than 1s"}},
 		{"@every", "", []string{`want "@every <duration>"`}},
 		{"@every 1m 2m", "", []string{`want "@every <duration>"`}},

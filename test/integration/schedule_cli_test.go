@@ -26,6 +26,7 @@ func TestScheduleCLIRefusesBadDefinitions(t *testing.T) {
 	}{
 		{[]string{"--cron", "61 * * * *", "--kind", "noop", "bad-cron"}, exitInvalid, []string{"61 * * * *", "above maximum"}},
 		{[]string{"--every", "500ms", "--kind", "noop", "too-fast"}, exitInvalid, []string{"500ms", "1s"}},
+		{[]string{"--every", "1500ms", "--kind", "noop", "fraction"}, exitInvalid, []string{"1.5s", "whole number of seconds"}},
 		{[]string{"--kind", "noop", "no-timing"}, exitInvalid, []string{"cron", "every"}},
 		{[]string{"--every", "1s", "--cron", "* * * * *", "--kind", "noop", "both"}, exitInvalid, []string{"both"}},
 		{[]string{"--every", "1s", "no-kind"}, exitInvalid, []string{"kind"}},
