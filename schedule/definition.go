@@ -44,7 +44,10 @@ type Definition struct {
 	MaxAttempts int           // 0: the store's default
 	Timeout     time.Duration // 0: none
 
-	// Paused creates the schedule paused.
+	// Paused creates the schedule paused. It changes an existing schedule
+	// only when the caller says so (store.UpsertReplaceEnabled, or
+	// `worker schedule add --replace --paused`); a node's declaration
+	// never does, so that an operator's pause outlives restarts.
 	Paused bool
 }
 
