@@ -11,17 +11,26 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-// AddSchedule creates a schedule, due first at its first tick from now. A
-// schedule of the same name is refused (matching store.ErrDuplicate) unless
-// replace is set; a replaced schedule keeps its next tick while its timing
-// is unchanged. A definition that could never fire is refused before
-// anything is written (matching schedule.ErrInvalidDefinition or
-// schedule.ErrInvalidSpec).
+// AddSchedule creates a schedule, due first at its first tick from now, and
+// paused if d.Paused is set. A schedule of the same name is, as mode says:
+//
+//   - store.UpsertCreate: refused, matching store.ErrDuplicate;
+//   - store.UpsertReplace: replaced, but left paused or running as it is,
+//     so that an operator's pause is not undone by a new definition;
+//   - store.UpsertReplaceEnabled: replaced, and paused if d.Paused is set,
+//     resumed otherwise, from its first tick after now.
+//
+// A replaced schedule keeps its next tick while its timing is unchanged. A
+// definition that could never fire is refused before anything is written
+// (matching schedule.ErrInvalidDefinition or schedule.ErrInvalidSpec).
 //
 // A schedule is a lasting definition, added before or after the nodes that
 // fire it start, so a bucket nobody holds is not a refusal here; the report
 // says so in Waiting.
-func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, replace bool) (ScheduleReport, error) {
+func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, mode store.UpsertMode) (ScheduleReport, error) {
+	if err := mode.Check(); err != nil {
+		return ScheduleReport{}, err
+	}
 	now, err := c.store.Now(ctx)
 	if err != nil {
 		return ScheduleReport{}, err
@@ -30,7 +39,7 @@ func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, replace
 	if err != nil {
 		return ScheduleReport{}, err
 	}
-	saved, err := c.store.UpsertSchedule(ctx, sc, replace)
+	saved, err := c.store.UpsertSchedule(ctx, sc, mode)
 	if err != nil {
 		return ScheduleReport{}, err
 	}

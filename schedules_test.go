@@ -20,7 +20,7 @@ func TestSchedulesReportWhoFiresThem(t *testing.T) {
 		{Name: "unknown-kind", Key: low, Every: time.Minute, Kind: "resize"},
 		{Name: "unheld", Key: high, Every: time.Minute, Kind: "work"},
 	} {
-		if _, err := b.client.AddSchedule(b.ctx, d, false); err != nil {
+		if _, err := b.client.AddSchedule(b.ctx, d, store.UpsertCreate); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,15 +46,15 @@ func TestSchedulesReportWhoFiresThem(t *testing.T) {
 
 func TestAddScheduleRefusesBadDefinitionsAndDuplicates(t *testing.T) {
 	b := setup(t)
-	_, err := b.client.AddSchedule(b.ctx, schedule.Definition{Name: "x", Cron: "every day", Kind: "work"}, false)
+	_, err := b.client.AddSchedule(b.ctx, schedule.Definition{Name: "x", Cron: "every day", Kind: "work"}, store.UpsertCreate)
 	if !errors.Is(err, schedule.ErrInvalidSpec) || !strings.Contains(err.Error(), "every day") {
 		t.Errorf("an invalid cron expression: %v, want schedule.ErrInvalidSpec naming it", err)
 	}
 	ok := schedule.Definition{Name: "x", Every: time.Hour, Kind: "work"}
-	if _, err := b.client.AddSchedule(b.ctx, ok, false); err != nil {
+	if _, err := b.client.AddSchedule(b.ctx, ok, store.UpsertCreate); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.AddSchedule(b.ctx, ok, false); !errors.Is(err, store.ErrDuplicate) {
+	if _, err := b.client.AddSchedule(b.ctx, ok, store.UpsertCreate); !errors.Is(err, store.ErrDuplicate) {
 		t.Errorf("adding a name twice: %v, want store.ErrDuplicate", err)
 	}
 	if list, _ := b.client.Schedules(b.ctx); len(list) != 1 {
@@ -64,7 +64,7 @@ func TestAddScheduleRefusesBadDefinitionsAndDuplicates(t *testing.T) {
 
 func TestResumeSkipsTheTicksOfThePause(t *testing.T) {
 	b := setup(t)
-	r, err := b.client.AddSchedule(b.ctx, schedule.Definition{Name: "x", Every: time.Second, Kind: "work"}, false)
+	r, err := b.client.AddSchedule(b.ctx, schedule.Definition{Name: "x", Every: time.Second, Kind: "work"}, store.UpsertCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,5 +90,34 @@ func TestResumeSkipsTheTicksOfThePause(t *testing.T) {
 	}
 	if _, err := b.client.ResumeSchedule(b.ctx, "x"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("resuming a removed schedule: %v, want store.ErrNotFound", err)
+	}
+}
+
+func TestAddScheduleReplaceKeepsAPauseUnlessToldOtherwise(t *testing.T) {
+	b := setup(t)
+	d := schedule.Definition{Name: "x", Every: time.Hour, Kind: "work"}
+	if _, err := b.client.AddSchedule(b.ctx, d, store.UpsertCreate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.PauseSchedule(b.ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	d.Priority = 5
+	r, err := b.client.AddSchedule(b.ctx, d, store.UpsertReplace)
+	if err != nil || r.Enabled || r.Priority != 5 {
+		t.Fatalf("replaced: enabled %v priority %d (%v), want still paused with priority 5", r.Enabled, r.Priority, err)
+	}
+	if r, err = b.client.AddSchedule(b.ctx, d, store.UpsertReplaceEnabled); err != nil || !r.Enabled {
+		t.Fatalf("replaced and resumed: enabled %v (%v), want running", r.Enabled, err)
+	}
+	d.Paused = true
+	if r, err = b.client.AddSchedule(b.ctx, d, store.UpsertReplace); err != nil || !r.Enabled {
+		t.Fatalf("replaced by a paused definition: enabled %v (%v), want still running", r.Enabled, err)
+	}
+	if r, err = b.client.AddSchedule(b.ctx, d, store.UpsertReplaceEnabled); err != nil || r.Enabled {
+		t.Fatalf("replaced and paused: enabled %v (%v), want paused", r.Enabled, err)
+	}
+	if _, err = b.client.AddSchedule(b.ctx, d, store.UpsertMode(-1)); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("an unknown mode: %v, want store.ErrInvalid", err)
 	}
 }

@@ -58,8 +58,10 @@ func (s *scheduler) spec(sc store.Schedule) (schedule.Spec, error) {
 // declareSchedules creates the schedules the application declared, or
 // updates their definitions. An existing schedule keeps its enabled state,
 // since an operator's pause must outlive a restart, and its next tick while
-// its timing is unchanged (the store's rule), since every node of a fleet
-// declares the same schedules at every start.
+// its timing is unchanged, since every node of a fleet declares the same
+// schedules at every start. Both are the store's to keep, in the one write
+// of store.UpsertReplace: a state read here first could be stale by the
+// time it was written back, and undo a pause committed in between.
 func (n *Node) declareSchedules(ctx context.Context, meta store.Meta) error {
 	if len(n.cfg.Schedules) == 0 {
 		return nil
@@ -77,13 +79,7 @@ func (n *Node) declareSchedules(ctx context.Context, meta store.Meta) error {
 		if err != nil {
 			return err
 		}
-		switch existing, err := n.store.GetSchedule(ctx, sc.Name); {
-		case err == nil:
-			sc.Enabled = existing.Enabled
-		case !errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("schedule %q: %w", sc.Name, err)
-		}
-		saved, err := n.store.UpsertSchedule(ctx, sc, true)
+		saved, err := n.store.UpsertSchedule(ctx, sc, store.UpsertReplace)
 		if err != nil {
 			return fmt.Errorf("declaring schedule %q: %w", sc.Name, err)
 		}

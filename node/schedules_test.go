@@ -321,3 +321,43 @@ func TestFiringRoundsShrinkWhenTheDatabaseIsSlow(t *testing.T) {
 		return err == nil && len(tasks) == count
 	})
 }
+
+// pauseBeforeUpsert is a store on which an operator pauses each schedule
+// just before a node's declaration writes it: after anything the node
+// could have read of it.
+type pauseBeforeUpsert struct {
+	store.Store
+}
+
+func (p *pauseBeforeUpsert) UpsertSchedule(ctx context.Context, sc store.Schedule, mode store.UpsertMode) (store.Schedule, error) {
+	if _, err := p.Store.SetScheduleEnabled(ctx, sc.Name, false, time.Time{}); err != nil {
+		return store.Schedule{}, err
+	}
+	return p.Store.UpsertSchedule(ctx, sc, mode)
+}
+
+func TestADeclarationKeepsAPauseCommittedWhileItRuns(t *testing.T) {
+	b := setup(t, withManualClock())
+	cfg := b.scheduleConfig(t, "a")
+	first := b.startOn(t, b.store.Handle(), cfg) // creates the schedule, running
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := b.store.GetSchedule(b.ctx, everySecond.Name); err != nil || !sc.Enabled {
+		t.Fatalf("declared schedule %+v (%v), want running", sc, err)
+	}
+	cfg.NodeID = "b"
+	second := b.startOn(t, &pauseBeforeUpsert{Store: b.store.Handle()}, cfg)
+	for range 3 {
+		b.tick(t, second)
+	}
+	sc, err := b.store.GetSchedule(b.ctx, everySecond.Name)
+	if err != nil || sc.Enabled {
+		t.Fatalf("a pause committed during the declaration left %+v (%v), want paused", sc, err)
+	}
+	if got := b.ticksFired(t, everySecond.Name); len(got) != 0 {
+		t.Errorf("a paused schedule fired %d tasks", len(got))
+	}
+}

@@ -24,8 +24,9 @@ type Definition struct {
 	// Cron is a cron expression (5 fields, or 6 with seconds first) or a
 	// descriptor such as "@hourly". Exactly one of Cron and Every is set.
 	Cron string
-	// Every is a fixed period of at least MinEvery; its ticks are anchored
-	// at the Unix epoch, so a period of one minute ticks at whole minutes.
+	// Every is a fixed period of whole seconds, at least MinEvery; its
+	// ticks are anchored at the Unix epoch, so a period of one minute ticks
+	// at whole minutes.
 	Every time.Duration
 	// Timezone is the IANA zone the cron fields are read in; "" is UTC.
 	Timezone string
@@ -43,7 +44,10 @@ type Definition struct {
 	MaxAttempts int           // 0: the store's default
 	Timeout     time.Duration // 0: none
 
-	// Paused creates the schedule paused.
+	// Paused creates the schedule paused. It changes an existing schedule
+	// only when the caller says so (store.UpsertReplaceEnabled, or
+	// `worker schedule add --replace --paused`); a node's declaration
+	// never does, so that an operator's pause outlives restarts.
 	Paused bool
 }
 
@@ -73,6 +77,9 @@ func (d Definition) Resolve(policy bucket.Policy, now time.Time) (store.Schedule
 		return bad("both a cron expression (%q) and a period (%s): give one", d.Cron, d.Every)
 	case d.Every != 0 && d.Every < MinEvery:
 		return bad("period %s is shorter than the minimum of %s", d.Every, MinEvery)
+	case d.Every%time.Second != 0:
+		return bad("period %s is not a whole number of seconds: give whole seconds, such as %s or %s",
+			d.Every, formatDuration(d.Every.Truncate(time.Second)), formatDuration(d.Every.Truncate(time.Second)+time.Second))
 	case d.Kind == "":
 		return bad("no task kind")
 	case d.MaxAttempts < 0:

@@ -54,6 +54,13 @@ func TestResolveRefusesWhatCannotFire(t *testing.T) {
 		{"no timing", func(d *Definition) { d.Every = 0 }, ErrInvalidDefinition, "no timing"},
 		{"both timings", func(d *Definition) { d.Cron = "* * * * *" }, ErrInvalidDefinition, "both"},
 		{"under a second", func(d *Definition) { d.Every = 500 * time.Millisecond }, ErrInvalidDefinition, "500ms"},
+		// An hour / 7 is 8m34.285714285s: its ticks would be stored to the
+		// microsecond, earlier than computed, and never advance.
+		{"a seventh of an hour", func(d *Definition) { d.Every = time.Hour / 7 }, ErrInvalidDefinition,
+			"period 8m34.285714285s is not a whole number of seconds: give whole seconds, such as 8m34s or 8m35s"},
+		{"a second and a half", func(d *Definition) { d.Every = 1500 * time.Millisecond }, ErrInvalidDefinition, "1.5s"},
+		{"whole seconds in the cron field", func(d *Definition) { d.Every, d.Cron = 0, "@every 90.5s" }, ErrInvalidSpec,
+			"not a whole number of seconds"},
 		{"bad cron", func(d *Definition) { d.Every, d.Cron = 0, "61 * * * *" }, ErrInvalidSpec, "61 * * * *"},
 		{"bad zone", func(d *Definition) { d.Timezone = "Mars/Olympus" }, ErrInvalidSpec, "Mars/Olympus"},
 		{"no kind", func(d *Definition) { d.Kind = "" }, ErrInvalidDefinition, "kind"},

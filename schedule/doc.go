@@ -10,7 +10,17 @@
 //   - the ticks themselves (Spec.Next, Spec.First): "@every" ticks are
 //     anchored, anchor + k×D (the Unix epoch by default, so "@every 1m" ticks
 //     at whole minutes), and cron ticks are the expression's times in the
-//     schedule's time zone, returned in UTC;
+//     schedule's time zone, returned in UTC. Every wall-clock time that
+//     exists and matches fires. Daylight saving time (any change of a zone's
+//     offset) follows two rules: a matching time skipped by a jump forward
+//     fires at the first instant after the jump (once, however many the jump
+//     skipped), and a matching time repeated by a fall back fires once, at
+//     its first occurrence. So a daily expression fires every day, also the
+//     days whose midnight does not exist (Asia/Beirut, Africa/Cairo);
+//
+//   - the zone database: the package imports time/tzdata, so every program
+//     that uses schedules knows every zone even on a host without zoneinfo
+//     files;
 //
 //   - what to do with a schedule at a given moment (Decide): nothing, fire the
 //     stored tick, or apply the catch-up policy (Skip or Latest) to ticks

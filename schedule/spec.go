@@ -6,6 +6,10 @@ import (
 	"math/big"
 	"strings"
 	"time"
+	// The zone database is compiled in, so that a zoned schedule fires the
+	// same on a host without zoneinfo files (a scratch container) as on any
+	// other. The host's files are still preferred when present.
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 )
@@ -26,7 +30,10 @@ func (e *SpecError) Error() string {
 // Is makes errors.Is(err, ErrInvalidSpec) true for a *SpecError.
 func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
 
-// MinEvery is the shortest interval accepted by "@every".
+// MinEvery is the shortest interval accepted by "@every". Intervals are
+// whole seconds too: the store keeps fire times to the microsecond, and a
+// tick with a fraction of a second would be stored earlier than computed,
+// so the compare-and-set that advances it would never move it.
 const MinEvery = time.Second
 
 // parser accepts 5-field cron, 6-field cron with a leading seconds field, and
@@ -50,7 +57,11 @@ type Spec struct {
 	loc    *time.Location // loaded time zone
 	every  time.Duration  // > 0 for "@every"
 	anchor time.Time      // "@every" ticks are anchor + k*every
-	cron   cron.Schedule  // non-nil for cron expressions and descriptors
+	// cron holds the expression's fields, non-nil for cron expressions and
+	// descriptors. Its Location is UTC: it is only ever asked about wall
+	// clocks written as UTC times, which have no daylight saving time; the
+	// schedule's own zone is applied by cronNext.
+	cron *cron.SpecSchedule
 }
 
 // Parse parses a schedule expression in the named IANA time zone ("" means
@@ -59,7 +70,8 @@ type Spec struct {
 //   - a 5-field cron expression ("*/5 * * * *"),
 //   - a 6-field cron expression whose first field is seconds ("30 0 * * * *"),
 //   - a descriptor ("@hourly", "@daily", "@weekly", "@monthly", "@yearly"),
-//   - "@every D" with a Go duration D of at least one second.
+//   - "@every D" with a Go duration D of a whole number of seconds, at
+//     least one.
 //
 // "@every" ticks are anchored at Epoch (the Unix epoch): they fall on
 // Epoch + k×D, whatever the time zone, so "@every 1m" ticks at whole minutes.
@@ -103,6 +115,10 @@ func ParseAnchored(expr, timezone string, anchor time.Time) (Spec, error) {
 		if d < MinEvery {
 			return bad("@every %s is shorter than %s", fields[1], MinEvery)
 		}
+		if d%time.Second != 0 {
+			return bad("@every %s is not a whole number of seconds: give whole seconds, such as %s or %s",
+				fields[1], formatDuration(d.Truncate(time.Second)), formatDuration(d.Truncate(time.Second)+time.Second))
+		}
 		s.every = d
 		s.anchor = anchor
 		s.expr = "@every " + formatDuration(d)
@@ -126,14 +142,25 @@ func ParseAnchored(expr, timezone string, anchor time.Time) (Spec, error) {
 	return s, nil
 }
 
-// parseCron calls the cron parser, turning a panic on odd input into an error.
-func parseCron(expr string) (sched cron.Schedule, err error) {
+// parseCron calls the cron parser, turning a panic on odd input into an
+// error, and returns its fields set to read wall clocks in UTC.
+func parseCron(expr string) (sched *cron.SpecSchedule, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			sched, err = nil, fmt.Errorf("%v", r)
 		}
 	}()
-	return parser.Parse(expr)
+	parsed, err := parser.Parse(expr)
+	if err != nil {
+		return nil, err
+	}
+	spec, ok := parsed.(*cron.SpecSchedule)
+	if !ok {
+		return nil, fmt.Errorf("unsupported expression")
+	}
+	fields := *spec
+	fields.Location = time.UTC
+	return &fields, nil
 }
 
 // String returns the canonical expression: fields separated by single
@@ -155,16 +182,26 @@ func (s Spec) Anchor() time.Time { return s.anchor }
 // For "@every D" that is anchor + k×D for the smallest integer k that makes it
 // later than after; the arithmetic is exact for any time.Time.
 //
-// For a cron expression it is the cron parser's next matching time, computed
-// in the Spec's time zone, with whole-second resolution. Daylight saving time
-// follows the cron parser, github.com/robfig/cron/v3: a wall-clock time that
-// falls in a spring-forward gap does not exist and is skipped that day (a
-// daily "30 2 * * *" in America/New_York does not fire on the day clocks jump
-// from 02:00 to 03:00, and fires at 02:30 again the next day), while hourly
-// expressions carry on at 03:00; a wall-clock time repeated by a fall-back
-// overlap matches twice (a daily "30 1 * * *" fires at 01:30 EDT and again at
-// 01:30 EST). Next returns the zero time only for the zero
-// Spec, or when the expression has no tick in the next 15 years.
+// For a cron expression the ticks are the instants whose wall clock in the
+// Spec's time zone matches the expression, to the second, with two rules for
+// the wall clocks that daylight saving time (or any change of a zone's
+// offset) does not map to exactly one instant:
+//
+//   - a matching wall clock that does not exist, skipped when clocks jump
+//     forward, fires at the first instant after the jump: a daily
+//     "30 2 * * *" in America/New_York fires at 03:00 EDT on the day clocks
+//     jump from 02:00 to 03:00, and "0 0 * * 5" in Africa/Cairo fires at
+//     01:00 on the Friday whose midnight is skipped. However many matching
+//     wall clocks one jump skips, they fire once, together with a tick at
+//     that instant if there is one;
+//
+//   - a matching wall clock that occurs twice, repeated when clocks fall
+//     back, fires once, at its first occurrence: a daily "30 1 * * *" in
+//     America/New_York fires at 01:30 EDT and not again at 01:30 EST.
+//
+// So every day an expression names gets its tick, and no wall clock fires
+// twice. Next returns the zero time only for the zero Spec, or when the
+// expression has no tick in the next 15 years.
 func (s Spec) Next(after time.Time) time.Time {
 	switch {
 	case s.every > 0:
@@ -180,27 +217,6 @@ func (s Spec) Next(after time.Time) time.Time {
 // First returns the first tick strictly after now: the next fire time to
 // store for a new (or re-enabled) schedule.
 func (s Spec) First(now time.Time) time.Time { return s.Next(now) }
-
-// cronNext calls the cron schedule in the Spec's time zone. The parser gives
-// up (returns the zero time) after five years without a match, which a rare
-// but valid expression such as "0 0 29 2 *" can exceed around 2100 (not a
-// leap year), so the search resumes up to twice more.
-func (s Spec) cronNext(after time.Time) time.Time {
-	t := after.In(s.loc)
-	for range 3 {
-		if n := s.cron.Next(t); !n.IsZero() {
-			return n.UTC()
-		}
-		// The parser searched every year up to t.Year()+5; resume just
-		// before that year starts (so nothing is missed) and after after.
-		resume := time.Date(t.Year()+5, time.January, 1, 0, 0, 0, 0, s.loc).Add(-time.Second)
-		if !resume.After(t) {
-			break
-		}
-		t = resume
-	}
-	return time.Time{}
-}
 
 // nanos returns t as nanoseconds since the Unix epoch, exactly.
 func nanos(t time.Time) *big.Int {

@@ -105,20 +105,28 @@ func TestParseAnchored(t *testing.T) {
 	}
 }
 
-// TestDST shows the cron parser's daylight saving behaviour in
-// America/New_York, where on 2024-03-10 clocks jump from 02:00 EST to 03:00
-// EDT and on 2024-11-03 fall back from 02:00 EDT to 01:00 EST.
+// TestDST shows the daylight saving rules of Spec.Next in America/New_York,
+// where on 2024-03-10 clocks jump from 02:00 EST to 03:00 EDT and on
+// 2024-11-03 fall back from 02:00 EDT to 01:00 EST.
 func TestDST(t *testing.T) {
 	tests := []struct {
 		name, expr, after, want string
 	}{
-		// 02:30 does not exist on 2024-03-10: that day is skipped.
-		{"daily in the gap", "30 2 * * *", "2024-03-10T05:00:00Z", "2024-03-11T06:30:00Z"},
+		// 02:30 does not exist on 2024-03-10: it fires at 03:00 EDT.
+		{"daily in the gap", "30 2 * * *", "2024-03-10T05:00:00Z", "2024-03-10T07:00:00Z"},
+		{"daily the day after the gap", "30 2 * * *", "2024-03-10T07:00:00Z", "2024-03-11T06:30:00Z"},
 		// Hourly goes from 01:00 EST (06:00Z) to 03:00 EDT (07:00Z).
 		{"hourly across the gap", "0 * * * *", "2024-03-10T06:00:00Z", "2024-03-10T07:00:00Z"},
-		// 01:30 happens twice on 2024-11-03, and matches twice.
+		// 02:00, 02:15, 02:30 and 02:45 are skipped: one tick at 03:00 EDT.
+		{"quarter-hourly across the gap", "*/15 * * * *", "2024-03-10T06:45:00Z", "2024-03-10T07:00:00Z"},
+		{"quarter-hourly after the gap", "*/15 * * * *", "2024-03-10T07:00:00Z", "2024-03-10T07:15:00Z"},
+		// 01:30 happens twice on 2024-11-03, and fires at the first.
 		{"daily in the overlap, first", "30 1 * * *", "2024-11-03T04:00:00Z", "2024-11-03T05:30:00Z"},
-		{"daily in the overlap, second", "30 1 * * *", "2024-11-03T05:30:00Z", "2024-11-03T06:30:00Z"},
+		{"daily in the overlap, not the second", "30 1 * * *", "2024-11-03T05:30:00Z", "2024-11-04T06:30:00Z"},
+		{"daily from inside the repeat", "30 1 * * *", "2024-11-03T06:10:00Z", "2024-11-04T06:30:00Z"},
+		// Hourly goes from 01:00 EDT (05:00Z) to 02:00 EST (07:00Z).
+		{"hourly across the overlap", "0 * * * *", "2024-11-03T05:00:00Z", "2024-11-03T07:00:00Z"},
+		{"hourly from inside the repeat", "0 * * * *", "2024-11-03T06:00:00Z", "2024-11-03T07:00:00Z"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +147,7 @@ func TestString(t *testing.T) {
 		{"@every 5400s", "@every 1h30m"},
 		{"@every 1h0m0s", "@every 1h"},
 		{"@every 90s", "@every 1m30s"},
-		{"@every  1.5s", "@every 1.5s"},
+		{"@every  2s", "@every 2s"},
 		{"@every 1s", "@every 1s"},
 	} {
 		s := mustParse(t, tc.expr, "")
@@ -169,6 +177,8 @@ func TestParseRefusals(t *testing.T) {
 		{"@fortnightly", "", []string{`"@fortnightly"`, "unrecognized descriptor"}},
 		{"@every 500ms", "", []string{`invalid schedule "@every 500ms": @every 500ms is shorter than 1s`}},
 		{"@every 0s", "", []string{"shorter than 1s"}},
+		{"@every 1.5s", "", []string{`"@every 1.5s"`, "not a whole number of seconds", "such as 1s or 2s"}},
+		{"@every 1h0m0.000001s", "", []string{"not a whole number of seconds", "such as 1h or 1h0m1s"}},
 		{"@every -1m", "", []string{"shorter than 1s"}},
 		{"@every", "", []string{`want "@every <duration>"`}},
 		{"@every 1m 2m", "", []string{`want "@every <duration>"`}},

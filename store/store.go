@@ -134,11 +134,14 @@ type Store interface {
 
 	// Schedules
 
-	// UpsertSchedule creates a schedule, or replaces one of the same name
-	// when replace is set (ErrDuplicate otherwise). A replacement keeps the
-	// creation and last fire times, and the next fire time too while the
-	// spec and time zone are unchanged.
-	UpsertSchedule(ctx context.Context, s Schedule, replace bool) (Schedule, error)
+	// UpsertSchedule creates a schedule, or, as mode says, refuses a
+	// schedule of the same name (ErrDuplicate) or replaces its definition.
+	// A replacement keeps the creation and last fire times, the next fire
+	// time while the spec and time zone are unchanged, and whether the
+	// schedule is paused unless mode is UpsertReplaceEnabled. It is one
+	// write, with no read before it, so a pause committed at any moment
+	// before it is kept.
+	UpsertSchedule(ctx context.Context, s Schedule, mode UpsertMode) (Schedule, error)
 	GetSchedule(ctx context.Context, name string) (Schedule, error)
 	ListSchedules(ctx context.Context) ([]Schedule, error)
 	DeleteSchedule(ctx context.Context, name string) error
@@ -497,6 +500,33 @@ const (
 	CatchUpLatest = "latest"
 )
 
+// UpsertMode is what UpsertSchedule does with a schedule of the same name.
+type UpsertMode int
+
+const (
+	// UpsertCreate refuses a schedule of the same name with ErrDuplicate.
+	UpsertCreate UpsertMode = iota
+	// UpsertReplace replaces the definition of a schedule of the same name
+	// but keeps its Enabled: an operator's pause outlives a definition
+	// declared again (every node start declares its schedules) or replaced.
+	// A new schedule is created with the Enabled given.
+	UpsertReplace
+	// UpsertReplaceEnabled replaces the definition and Enabled too: it
+	// pauses a running schedule, or resumes a paused one. A resumed
+	// schedule's next fire time moves up to the NextFireAt given, as with
+	// SetScheduleEnabled, so that the ticks of the pause are not fired as
+	// missed ones.
+	UpsertReplaceEnabled
+)
+
+// Check refuses a mode that is none of the above.
+func (m UpsertMode) Check() error {
+	if m < UpsertCreate || m > UpsertReplaceEnabled {
+		return fmt.Errorf("schedule upsert mode %d: want UpsertCreate, UpsertReplace or UpsertReplaceEnabled: %w", int(m), ErrInvalid)
+	}
+	return nil
+}
+
 // Schedule is a periodic task definition. Its tick arithmetic lives in
 // package schedule; the store keeps it and fires it.
 type Schedule struct {
@@ -565,9 +595,11 @@ func CheckFireRequests(reqs []FireRequest) error {
 			return fmt.Errorf("schedule %s: no next fire time to advance from: %w", r.Name, ErrInvalid)
 		case r.Fire && r.ScheduledFor.IsZero():
 			return fmt.Errorf("schedule %s: a firing without a tick: %w", r.Name, ErrInvalid)
-		case !r.Next.After(r.From) || (r.Fire && !r.Next.After(r.ScheduledFor)):
+		case !r.Next.Truncate(time.Microsecond).After(r.From.Truncate(time.Microsecond)) ||
+			(r.Fire && !r.Next.Truncate(time.Microsecond).After(r.ScheduledFor.Truncate(time.Microsecond))):
 			// A schedule that does not move forward would fire the same
-			// tick for ever.
+			// tick for ever. Stores keep microseconds: a Next less than
+			// a microsecond after From would be stored as From.
 			return fmt.Errorf("schedule %s: next fire time %s is not after %s: %w", r.Name,
 				r.Next.UTC().Format(time.RFC3339Nano), r.From.UTC().Format(time.RFC3339Nano), ErrInvalid)
 		}

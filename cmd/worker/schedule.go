@@ -62,8 +62,10 @@ func scheduleAddCommand() *cli.Command {
 			&cli.IntFlag{Name: "priority", Usage: "the tasks' priority; higher runs first"},
 			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts of each task (default %d)", store.DefaultMaxAttempts)},
 			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout of each task"},
-			&cli.BoolFlag{Name: "paused", Usage: "create the schedule paused"},
-			&cli.BoolFlag{Name: "replace", Usage: "replace a schedule of the same name"},
+			&cli.BoolFlag{Name: "paused", Usage: "create the schedule paused; with --replace, pause it"},
+			&cli.BoolFlag{Name: "resume", Usage: "with --replace, resume the schedule if paused, from its next tick"},
+			&cli.BoolFlag{Name: "replace", Usage: "replace a schedule of the same name; it stays paused or running " +
+				"as it is, unless --paused or --resume is given"},
 			jsonFlag,
 		),
 		Action: func(c *cli.Context) error {
@@ -73,6 +75,16 @@ func scheduleAddCommand() *cli.Command {
 			}
 			if len(args) != 1 {
 				return invalid(fmt.Errorf("schedule add takes one NAME, got %q", args))
+			}
+			if c.Bool("paused") && c.Bool("resume") {
+				return invalid(fmt.Errorf("schedule add: --paused and --resume contradict each other: give one"))
+			}
+			mode := store.UpsertCreate
+			switch {
+			case c.Bool("replace") && (c.Bool("paused") || c.Bool("resume")):
+				mode = store.UpsertReplaceEnabled
+			case c.Bool("replace"):
+				mode = store.UpsertReplace
 			}
 			d := schedule.Definition{
 				Name: args[0], Cron: c.String("cron"), Every: c.Duration("every"), Timezone: c.String("timezone"),
@@ -94,7 +106,7 @@ func scheduleAddCommand() *cli.Command {
 				return err
 			}
 			defer client.Close()
-			r, err := client.AddSchedule(c.Context, d, c.Bool("replace"))
+			r, err := client.AddSchedule(c.Context, d, mode)
 			if errors.Is(err, store.ErrDuplicate) {
 				return refused(fmt.Errorf("%w; give --replace to replace it", err))
 			}
@@ -110,8 +122,12 @@ func scheduleAddCommand() *cli.Command {
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newScheduleJSON(r))
 			}
-			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s\n", r.Name, describeTiming(r.Schedule),
-				r.Bucket, human(r.NextFireAt))
+			state := ""
+			if !r.Enabled {
+				state = ", paused"
+			}
+			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s%s\n", r.Name, describeTiming(r.Schedule),
+				r.Bucket, human(r.NextFireAt), state)
 			return nil
 		},
 	}

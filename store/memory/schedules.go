@@ -51,9 +51,13 @@ func (db *database) checkSchedule(sc store.Schedule) error {
 }
 
 // UpsertSchedule creates a schedule, or replaces the definition of one with
-// the same name when replace is set. A replaced schedule keeps its creation
-// and last firing times, which are history rather than definition.
-func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, replace bool) (store.Schedule, error) {
+// the same name as mode says. A replaced schedule keeps its creation and
+// last firing times, which are history rather than definition, and whether
+// it is paused unless mode is store.UpsertReplaceEnabled.
+func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode store.UpsertMode) (store.Schedule, error) {
+	if err := mode.Check(); err != nil {
+		return store.Schedule{}, err
+	}
 	db, err := s.begin(ctx)
 	if err != nil {
 		return store.Schedule{}, err
@@ -71,15 +75,24 @@ func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, replace b
 	stored.CreatedAt = now
 	stored.UpdatedAt = now
 	if prev := db.schedules[sc.Name]; prev != nil {
-		if !replace {
+		if mode == store.UpsertCreate {
 			return store.Schedule{}, fmt.Errorf("schedule %q already exists: %w", sc.Name, store.ErrDuplicate)
 		}
 		stored.CreatedAt = prev.CreatedAt
 		stored.LastFireAt = prev.LastFireAt
-		if prev.Spec == sc.Spec && prev.Timezone == sc.Timezone {
+		sameTiming := prev.Spec == sc.Spec && prev.Timezone == sc.Timezone
+		if sameTiming {
 			// Declared again with the same timing (every node start does
 			// this): the tick about to fire must not move.
 			stored.NextFireAt = prev.NextFireAt
+		}
+		switch {
+		case mode == store.UpsertReplace:
+			// An operator's pause is not the definition's to undo.
+			stored.Enabled = prev.Enabled
+		case sameTiming && sc.Enabled && !prev.Enabled && stored.NextFireAt.Before(dbTime(sc.NextFireAt)):
+			// Resumed: the ticks of the pause are not fired late.
+			stored.NextFireAt = dbTime(sc.NextFireAt)
 		}
 	}
 	db.schedules[sc.Name] = &stored

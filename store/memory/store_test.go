@@ -182,7 +182,7 @@ func TestReturnedValuesAreCopies(t *testing.T) {
 		t.Errorf("node kinds changed with the caller's slice: %v", nodes[0].Kinds)
 	}
 
-	sc, err := f.s.UpsertSchedule(f.ctx, store.Schedule{Name: "s", Spec: "@every 1m", Kind: "noop", Payload: json.RawMessage(`{}`)}, false)
+	sc, err := f.s.UpsertSchedule(f.ctx, store.Schedule{Name: "s", Spec: "@every 1m", Kind: "noop", Payload: json.RawMessage(`{}`)}, store.UpsertCreate)
 	if err != nil {
 		t.Fatal(err)
 	}

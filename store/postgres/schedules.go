@@ -25,29 +25,43 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14,
 // upsertScheduleSQL replaces a schedule of the same name but keeps its
 // creation time and its last firing, and its next fire time while its
 // timing is unchanged: a definition declared again at every node start must
-// not move, and so skip, the tick the holder is about to fire.
+// not move, and so skip, the tick the holder is about to fire. It keeps
+// enabled unless $15 says to write it, in the same statement, so that no
+// value read before can undo an operator's pause committed since. Resuming
+// moves the next fire time up to the one given (the first tick after now),
+// as SetScheduleEnabled does, so that the ticks of the pause are not fired.
 const upsertScheduleSQL = insertScheduleSQL + `
 ON CONFLICT (name) DO UPDATE SET
     spec = excluded.spec, timezone = excluded.timezone, catch_up = excluded.catch_up, kind = excluded.kind,
     key = excluded.key, bucket = excluded.bucket, payload = excluded.payload, priority = excluded.priority,
-    max_attempts = excluded.max_attempts, timeout_ms = excluded.timeout_ms, enabled = excluded.enabled,
-    next_fire_at = CASE WHEN flotilla_schedules.spec = excluded.spec AND flotilla_schedules.timezone = excluded.timezone
-                        THEN flotilla_schedules.next_fire_at ELSE excluded.next_fire_at END,
+    max_attempts = excluded.max_attempts, timeout_ms = excluded.timeout_ms,
+    enabled = CASE WHEN $15::boolean THEN excluded.enabled ELSE flotilla_schedules.enabled END,
+    next_fire_at = CASE
+        WHEN flotilla_schedules.spec <> excluded.spec OR flotilla_schedules.timezone <> excluded.timezone
+            THEN excluded.next_fire_at
+        WHEN $15::boolean AND excluded.enabled AND NOT flotilla_schedules.enabled
+            THEN greatest(flotilla_schedules.next_fire_at, excluded.next_fire_at)
+        ELSE flotilla_schedules.next_fire_at END,
     updated_at = excluded.updated_at`
 
-// UpsertSchedule creates a schedule, or replaces one of the same name when
-// replace is set (store.ErrDuplicate otherwise).
-func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, replace bool) (store.Schedule, error) {
+// UpsertSchedule creates a schedule, or replaces one of the same name as
+// mode says (store.ErrDuplicate for store.UpsertCreate).
+func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode store.UpsertMode) (store.Schedule, error) {
+	if err := mode.Check(); err != nil {
+		return store.Schedule{}, err
+	}
 	if err := s.checkSchedule(ctx, sc); err != nil {
 		return store.Schedule{}, err
 	}
 	sql := insertScheduleSQL
-	if replace {
-		sql = upsertScheduleSQL
-	}
-	_, err := s.pool.Exec(ctx, sql, sc.Name, sc.Spec, sc.Timezone, sc.CatchUp, sc.Kind, sc.Key, int32(sc.Bucket),
+	args := []any{sc.Name, sc.Spec, sc.Timezone, sc.CatchUp, sc.Kind, sc.Key, int32(sc.Bucket),
 		jsonOrNull(sc.Payload), int32(sc.Priority), int32(sc.MaxAttempts), sc.Timeout.Milliseconds(), sc.Enabled,
-		sc.NextFireAt, optTimestamp(sc.LastFireAt))
+		sc.NextFireAt, optTimestamp(sc.LastFireAt)}
+	if mode != store.UpsertCreate {
+		sql = upsertScheduleSQL
+		args = append(args, mode == store.UpsertReplaceEnabled)
+	}
+	_, err := s.pool.Exec(ctx, sql, args...)
 	if err != nil {
 		if _, _, dup := uniqueViolation(err); dup {
 			return store.Schedule{}, fmt.Errorf("schedule %s already exists: %w", sc.Name, store.ErrDuplicate)

@@ -16,7 +16,7 @@ func testSchedules(t *testing.T, h Harness) {
 		b.t.Helper()
 		s, err := b.s.UpsertSchedule(b.ctx, store.Schedule{Name: name, Spec: "@every 1m", CatchUp: store.CatchUpSkip,
 			Kind: "report", Key: name, Bucket: bucketNo, Payload: json.RawMessage(`{"x":1}`), Priority: 2,
-			MaxAttempts: 4, Enabled: true, NextFireAt: next}, false)
+			MaxAttempts: 4, Enabled: true, NextFireAt: next}, store.UpsertCreate)
 		if err != nil {
 			b.t.Fatalf("UpsertSchedule(%s): %v", name, err)
 		}
@@ -31,12 +31,12 @@ func testSchedules(t *testing.T, h Harness) {
 			t.Errorf("created %+v", created)
 		}
 		_, err := b.s.UpsertSchedule(b.ctx, store.Schedule{Name: "nightly", Spec: "@every 2m", Kind: "report", Bucket: 1,
-			Enabled: true, NextFireAt: now}, false)
+			Enabled: true, NextFireAt: now}, store.UpsertCreate)
 		if !errors.Is(err, store.ErrDuplicate) {
 			t.Fatalf("an existing name without replace: %v, want store.ErrDuplicate", err)
 		}
 		replaced, err := b.s.UpsertSchedule(b.ctx, store.Schedule{Name: "nightly", Spec: "@every 2m", Kind: "report", Bucket: 1,
-			Enabled: true, NextFireAt: now}, true)
+			Enabled: true, NextFireAt: now}, store.UpsertReplace)
 		if err != nil || replaced.Spec != "@every 2m" {
 			t.Fatalf("replace: %+v %v", replaced, err)
 		}
@@ -91,15 +91,104 @@ func testSchedules(t *testing.T, h Harness) {
 		newSchedule(b, "s", 1, tick)
 		again := store.Schedule{Name: "s", Spec: "@every 1m", Kind: "other", Bucket: 1, Enabled: true,
 			NextFireAt: tick.Add(time.Minute)}
-		got, err := b.s.UpsertSchedule(b.ctx, again, true)
+		got, err := b.s.UpsertSchedule(b.ctx, again, store.UpsertReplace)
 		if err != nil || !got.NextFireAt.Equal(tick) || got.Kind != "other" {
 			t.Errorf("declared again with the same spec: next %v kind %q err %v, want next %v kind other",
 				got.NextFireAt, got.Kind, err, tick)
 		}
 		again.Spec = "@every 2m"
-		got, err = b.s.UpsertSchedule(b.ctx, again, true)
+		got, err = b.s.UpsertSchedule(b.ctx, again, store.UpsertReplace)
 		if err != nil || !got.NextFireAt.Equal(tick.Add(time.Minute)) {
 			t.Errorf("declared with a new spec: next %v err %v, want %v", got.NextFireAt, err, tick.Add(time.Minute))
+		}
+	})
+
+	t.Run("ReplaceKeepsAPauseUnlessToldOtherwise", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		past := now.Add(-time.Hour).Truncate(time.Second) // due: the tick from before the pause
+		newSchedule(b, "s", 1, past)
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "s", false, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		first := now.Add(time.Minute).Truncate(time.Second) // the first tick after now
+		def := store.Schedule{Name: "s", Spec: "@every 1m", Kind: "report2", Key: "s", Bucket: 1, Enabled: true,
+			NextFireAt: first}
+
+		// Replaced, or declared again, with the definition's Enabled.
+		got, err := b.s.UpsertSchedule(b.ctx, def, store.UpsertReplace)
+		if err != nil || got.Enabled || got.Kind != "report2" || !got.NextFireAt.Equal(past) {
+			t.Fatalf("replaced: enabled %v kind %q next %v (%v), want still paused, kind report2, next %v",
+				got.Enabled, got.Kind, got.NextFireAt, err, past)
+		}
+		if due, _ := b.s.DueSchedules(b.ctx, bucket.Of(1), 10); len(due) != 0 {
+			t.Errorf("a paused schedule is due after a replace: %+v", due)
+		}
+		res, err := b.s.FireSchedules(b.ctx, "a", []store.FireRequest{{Name: "s", Epoch: b.hold("a", 1)[0].Epoch, Fire: true,
+			ScheduledFor: past, Next: first, Task: store.NewTask{Kind: "report2", Bucket: 1}}})
+		if err != nil || !errors.Is(res[0].Err, store.ErrConflict) || res[0].Fired {
+			t.Errorf("firing the tick from before the pause: %+v %v, want store.ErrConflict and no task", res, err)
+		}
+
+		// Told to write Enabled: resumed from the first tick after now.
+		got, err = b.s.UpsertSchedule(b.ctx, def, store.UpsertReplaceEnabled)
+		if err != nil || !got.Enabled || !got.NextFireAt.Equal(first) {
+			t.Fatalf("replaced and resumed: enabled %v next %v (%v), want enabled, next %v", got.Enabled,
+				got.NextFireAt, err, first)
+		}
+		// A replace of a running schedule leaves it running.
+		def.Enabled = false
+		if got, err = b.s.UpsertSchedule(b.ctx, def, store.UpsertReplace); err != nil || !got.Enabled {
+			t.Errorf("a running schedule replaced by a paused definition: enabled %v (%v), want still running",
+				got.Enabled, err)
+		}
+		// And told to, pauses it, its next tick kept.
+		if got, err = b.s.UpsertSchedule(b.ctx, def, store.UpsertReplaceEnabled); err != nil || got.Enabled ||
+			!got.NextFireAt.Equal(first) {
+			t.Errorf("replaced and paused: enabled %v next %v (%v), want paused, next %v", got.Enabled,
+				got.NextFireAt, err, first)
+		}
+		// A new schedule is created with the definition's Enabled.
+		def.Name = "new"
+		if got, err = b.s.UpsertSchedule(b.ctx, def, store.UpsertReplace); err != nil || got.Enabled {
+			t.Errorf("created paused through a replace: enabled %v (%v), want paused", got.Enabled, err)
+		}
+		if _, err := b.s.UpsertSchedule(b.ctx, def, store.UpsertMode(7)); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("an unknown mode: %v, want store.ErrInvalid", err)
+		}
+	})
+
+	// A node declares its schedules at every start while an operator may
+	// pause one: whatever the order, a pause that committed is never undone
+	// by a declaration, which reads nothing before it writes.
+	t.Run("ADeclarationNeverUndoesAConcurrentPause", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		newSchedule(b, "s", 1, now.Add(time.Minute).Truncate(time.Second))
+		def := store.Schedule{Name: "s", Spec: "@every 1m", Kind: "report", Key: "s", Bucket: 1, Enabled: true,
+			NextFireAt: now.Add(time.Minute).Truncate(time.Second)}
+		for i := range 20 {
+			if _, err := b.s.SetScheduleEnabled(b.ctx, "s", true, time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			errs := make(chan error, 2)
+			go func() {
+				_, err := b.s.SetScheduleEnabled(b.ctx, "s", false, time.Time{})
+				errs <- err
+			}()
+			go func() {
+				_, err := b.s.UpsertSchedule(b.ctx, def, store.UpsertReplace)
+				errs <- err
+			}()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, err := b.s.GetSchedule(b.ctx, "s"); err != nil || got.Enabled {
+				t.Fatalf("round %d: a pause and a declaration at once left the schedule enabled %v (%v), want paused",
+					i, got.Enabled, err)
+			}
 		}
 	})
 
@@ -305,12 +394,17 @@ func testSchedules(t *testing.T, h Harness) {
 			Next: tick.Add(time.Minute), Task: store.NewTask{Kind: "report", Bucket: 1}}
 		stuck := good
 		stuck.Next = tick
+		// Stores keep microseconds: this Next would be stored as the tick
+		// itself, and the schedule fire it again and again.
+		underMicro := good
+		underMicro.Next = tick.Add(500 * time.Nanosecond)
 		badTask := good
 		badTask.Task.Payload = json.RawMessage(`{nope`)
 		for name, batch := range map[string][]store.FireRequest{
-			"a next fire time that does not move on": {stuck},
-			"a schedule twice":                       {good, good},
-			"an invalid payload":                     {badTask},
+			"a next fire time that does not move on":         {stuck},
+			"a next fire time less than a microsecond later": {underMicro},
+			"a schedule twice":                               {good, good},
+			"an invalid payload":                             {badTask},
 		} {
 			if _, err := b.s.FireSchedules(b.ctx, "a", batch); !errors.Is(err, store.ErrInvalid) {
 				t.Errorf("%s: %v, want store.ErrInvalid", name, err)

@@ -26,6 +26,7 @@ func TestScheduleCLIRefusesBadDefinitions(t *testing.T) {
 	}{
 		{[]string{"--cron", "61 * * * *", "--kind", "noop", "bad-cron"}, exitInvalid, []string{"61 * * * *", "above maximum"}},
 		{[]string{"--every", "500ms", "--kind", "noop", "too-fast"}, exitInvalid, []string{"500ms", "1s"}},
+		{[]string{"--every", "1500ms", "--kind", "noop", "fraction"}, exitInvalid, []string{"1.5s", "whole number of seconds"}},
 		{[]string{"--kind", "noop", "no-timing"}, exitInvalid, []string{"cron", "every"}},
 		{[]string{"--every", "1s", "--cron", "* * * * *", "--kind", "noop", "both"}, exitInvalid, []string{"both"}},
 		{[]string{"--every", "1s", "no-kind"}, exitInvalid, []string{"kind"}},
@@ -115,6 +116,79 @@ func TestScheduleCLILifecycle(t *testing.T) {
 	if list := f.schedules(); len(list) != 0 {
 		t.Errorf("after rm: %+v", list)
 	}
+}
+
+// TestScheduleCLIReplaceKeepsAPause checks that `schedule add --replace`
+// leaves a paused schedule paused, with the tick from before the pause not
+// fired, and that --resume and --paused with --replace do what they say.
+func TestScheduleCLIReplaceKeepsAPause(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	add := func(extra ...string) {
+		t.Helper()
+		args := append([]string{"schedule", "add", "--every", "1s", "--kind", "noop"}, extra...)
+		if _, stderr, code := f.cli(append(args, "beat")...); code != 0 {
+			t.Fatalf("%s exited %d: %s", strings.Join(args, " "), code, stderr)
+		}
+	}
+	add()
+	if _, stderr, code := f.cli("schedule", "pause", "beat"); code != 0 {
+		t.Fatalf("schedule pause exited %d: %s", code, stderr)
+	}
+	frozen := f.schedules()[0].NextFireAt
+	add("--replace", "--payload", `{"v":2}`)
+	// A probe in the same bucket shows when the holder fires there: once it
+	// has fired a tick a second past the paused one, so would have beat.
+	if _, stderr, code := f.cli("schedule", "add", "--every", "1s", "--kind", "noop", "--key", "beat", "probe"); code != 0 {
+		t.Fatalf("schedule add probe exited %d: %s", code, stderr)
+	}
+	f.worker("run", "--buckets", "0-63", "--node-id", "solo")
+	for probe := f.waitForTicks("probe", 1); !probe[len(probe)-1].After(frozen.Add(time.Second)); {
+		probe = f.waitForTicks("probe", len(probe)+1)
+	}
+	sc := f.schedule("beat")
+	if sc.Enabled || !sc.NextFireAt.Equal(frozen) || !strings.Contains(string(sc.Payload), `"v"`) {
+		t.Fatalf("after --replace: enabled %v next %s payload %s, want paused at %s with the new payload",
+			sc.Enabled, sc.NextFireAt.Format(time.RFC3339Nano), sc.Payload, frozen.Format(time.RFC3339Nano))
+	}
+	if got := f.ticks("beat"); len(got) != 0 {
+		t.Fatalf("a paused schedule replaced without --resume fired %d ticks, the first %s", len(got), got[0])
+	}
+
+	stdout, stderr, code := f.cli("schedule", "add", "--every", "1s", "--kind", "noop", "--replace", "--paused", "--resume", "beat")
+	checkOneLineRefusal(t, "schedule add --paused --resume", stdout, stderr, code, exitInvalid, "--paused", "--resume")
+
+	ctx, cancel := context.WithTimeout(f.t.Context(), queryTimeout)
+	resumedAt, err := f.client.Store().Now(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("--replace", "--resume")
+	if !f.schedule("beat").Enabled {
+		t.Fatal("after --replace --resume the schedule is still paused")
+	}
+	ticks := f.waitForTicks("beat", 2)
+	if !ticks[0].After(resumedAt) {
+		t.Errorf("after --replace --resume the first tick fired is %s, before the resume at %s: a tick of the pause",
+			ticks[0].Format(time.RFC3339Nano), resumedAt.Format(time.RFC3339Nano))
+	}
+	add("--replace", "--paused")
+	if f.schedule("beat").Enabled {
+		t.Error("after --replace --paused the schedule is still running")
+	}
+}
+
+// schedule reads one schedule.
+func (f *fleet) schedule(name string) store.Schedule {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), queryTimeout)
+	defer cancel()
+	sc, err := f.client.Store().GetSchedule(ctx, name)
+	if err != nil {
+		f.t.Fatalf("schedule %s: %v", name, err)
+	}
+	return sc
 }
 
 // schedules reads every schedule.
