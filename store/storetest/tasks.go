@@ -215,7 +215,7 @@ func testTasks(t *testing.T, h Harness) {
 				t.Errorf("a task with timeout %v: %v, want store.ErrInvalid naming %v", d, err, d)
 			}
 			_, err = b.s.UpsertSchedule(b.ctx, store.Schedule{Name: "s", Spec: "@every 1m", Kind: "noop", Key: "s",
-				Bucket: 1, Timeout: d, Enabled: true, NextFireAt: now}, false)
+				Bucket: 1, Timeout: d, Enabled: true, NextFireAt: now}, store.UpsertCreate)
 			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), d.String()) {
 				t.Errorf("a schedule with timeout %v: %v, want store.ErrInvalid naming %v", d, err, d)
 			}
