@@ -371,10 +371,45 @@ func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveT
 		wants[i], reasons[i], errs[i], nodes[i] = string(at.To), at.Reason, at.Error, at.Node
 		results[i], progress[i] = jsonText(at.Result), jsonText(at.Progress)
 	}
-	rows, err := s.pool.Query(ctx, advanceSQL, owner, ids, seqs, wants, reasons, errs, results, progress,
-		delays, nodes, allowedFrom, allowedTo)
+	// The rows are locked first, in a statement of their own, so that the
+	// advance statement's snapshot is taken once it holds them: a stop
+	// issued while the completion waited for a row (its command row
+	// committed with the row's lock) is then seen by the acknowledgements
+	// too, not only by the locked row's stop_requested.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lockTasksSQL, ids)
+	b.Queue(advanceSQL, owner, ids, seqs, wants, reasons, errs, results, progress, delays, nodes, allowedFrom, allowedTo)
+	b.Queue("COMMIT")
+	br := s.pool.SendBatch(ctx, b)
+	out, claimable, err := readAdvance(br, owner, batch)
+	// On an error the connection is left in a failed transaction, and the
+	// pool closes it rather than reuse it.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, wrap(err, "advance %d tasks", n)
+	}
+	s.announce(ctx, claimable)
+	return out, nil
+}
+
+// lockTasksSQL locks the named tasks' rows in id order, the order every
+// writer of several tasks locks them in.
+const lockTasksSQL = `SELECT id FROM flotilla_tasks WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+
+// readAdvance reads the answers of advanceSQL from its batch.
+func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransition) ([]store.Outcome, []int, error) {
+	n := len(batch)
+	for range 2 { // BEGIN, the lock
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
 	}
 	defer rows.Close()
 	out := make([]store.Outcome, 0, n)
@@ -386,7 +421,7 @@ func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveT
 			movedBucket                    pgtype.Int4
 		)
 		if err := rows.Scan(&ord, &moved, &movedBucket, &from, &dest, &statusAfter); err != nil {
-			return nil, wrap(err, "advance %d tasks", n)
+			return nil, nil, err
 		}
 		at := batch[ord-1]
 		o := store.Outcome{ID: at.Ref.ID}
@@ -408,14 +443,16 @@ func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveT
 		out = append(out, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap(err, "advance %d tasks", n)
+		return nil, nil, err
 	}
 	if len(out) != n {
-		return nil, fmt.Errorf("advance %d tasks: %d answers", n, len(out))
+		return nil, nil, fmt.Errorf("%d answers", len(out))
 	}
 	rows.Close()
-	s.announce(ctx, claimable)
-	return out, nil
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return nil, nil, err
+	}
+	return out, claimable, nil
 }
 
 // saveProgressSQL is fenced like advanceSQL, and answers whether the task

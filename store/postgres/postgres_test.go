@@ -674,3 +674,86 @@ func TestLeasesAndHeartbeatsDoNotWaitForTheApplicationsConnections(t *testing.T)
 		}
 	}
 }
+
+// A stop is committed, with its command row, by a transaction that held the
+// task's row while a completion waited for it. The completion must see the
+// stop on the row it locks (the task ends stopped) and acknowledge the
+// command in the same move, although the command row did not exist when the
+// completion was sent.
+func TestAStopCommittedWhileACompletionWaitsIsHonouredAndAcknowledged(t *testing.T) {
+	for _, move := range []string{"completion", "rescue"} {
+		t.Run(move, func(t *testing.T) {
+			ctx := testContext(t)
+			s := migrated(t, 8)
+			c, held := running(t, s, 1, store.NewTask{MaxAttempts: 3})
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM flotilla_tasks WHERE id = $1 FOR UPDATE`, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			var status task.Status
+			go func() {
+				if move == "completion" {
+					out, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: c.Ref(), To: task.Retrying, Node: "n", Error: "boom"}})
+					if err == nil {
+						status, err = out[0].Status, out[0].Err
+					}
+					done <- err
+					return
+				}
+				moved, err := s.Transition(ctx, store.Transition{ID: c.ID, Version: c.StatusVersion, To: task.Retrying,
+					Node: "n", Epoch: held.Epoch, Guard: &store.LeaseGuard{Owner: "a", Epoch: held.Epoch}})
+				if err == nil {
+					status = moved.Status
+				}
+				done <- err
+			}()
+			eventuallyWaiting(t, s, 1)
+			// What IssueCommand writes, in the transaction that holds the row.
+			if _, err := tx.Exec(ctx, `UPDATE flotilla_tasks SET stop_requested = true WHERE id = $1`, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			var cmdID int64
+			if err := tx.QueryRow(ctx, `INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
+				VALUES ($1, 'stop', '', 'test', statement_timestamp(), 'a') RETURNING id`, c.ID).Scan(&cmdID); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("%s: %v", move, err)
+			}
+			if status != task.Stopped {
+				t.Errorf("%s with a stop committed while it waited: %s, want stopped", move, status)
+			}
+			cmd, err := s.GetCommand(ctx, cmdID)
+			if err != nil || cmd.Outcome != store.OutcomeStopped || cmd.AckedBy != "n" {
+				t.Errorf("the stop: %+v %v, want acknowledged %q by n in the same move", cmd, err, store.OutcomeStopped)
+			}
+		})
+	}
+}
+
+// eventuallyWaiting waits until n statements of the store's database wait
+// for a lock.
+func eventuallyWaiting(t *testing.T, s *postgres.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		if err == nil && waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d statements wait for a lock after 30s (%v)", n, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -495,7 +494,7 @@ WITH cur AS (
            $5::text AS err, $8::bigint AS delay_us
     FROM flotilla_tasks t
     WHERE t.id = $1
-    FOR UPDATE OF t /*lock*/
+    FOR UPDATE OF t
 ), c AS (
     SELECT cur.*, ` + movedAllowedSQL("cur.old_status", "cur.dest", "$3::text", "$12", "$13") + ` AS allowed
     FROM cur
@@ -511,10 +510,15 @@ SELECT c.old_status, c.old_version, c.guard_ok, c.dest, c.allowed, m.id IS NOT N
        ` + taskColumnsOf("m") + `
 FROM c LEFT JOIN moved m ON true`
 
-// transitionNoWaitSQL is transitionSQL that does not wait for a row
-// another transaction has locked: it fails at once with lock_not_available,
-// which wrap turns into store.ErrBusy.
-var transitionNoWaitSQL = strings.Replace(transitionSQL, "FOR UPDATE OF t /*lock*/", "FOR UPDATE OF t NOWAIT", 1)
+// lockTaskSQL and lockTaskNoWaitSQL lock the task a transition moves, in a
+// statement before transitionSQL, so that transitionSQL's snapshot is taken
+// once the row is held: a stop committed while the move waited for the row
+// is then seen by its acknowledgements too. The NOWAIT form fails at once
+// with lock_not_available, which wrap turns into store.ErrBusy.
+const (
+	lockTaskSQL       = `SELECT id FROM flotilla_tasks WHERE id = $1 FOR UPDATE`
+	lockTaskNoWaitSQL = `SELECT id FROM flotilla_tasks WHERE id = $1 FOR UPDATE NOWAIT`
+)
 
 // Transition moves one task by compare-and-set on its status_version.
 func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task, error) {
@@ -538,14 +542,23 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 		m                         nullableTaskRow
 	)
 	dst := append([]any{&oldStatus, &oldVersion, &guardOK, &dest, &allowed, &applied}, m.dest()...)
-	query := transitionSQL
+	lock := lockTaskSQL
 	if tr.NoWait {
-		query = transitionNoWaitSQL
+		lock = lockTaskNoWaitSQL
 	}
-	err := s.pool.QueryRow(ctx, query,
-		tr.ID, tr.Version, string(tr.To), tr.Reason, tr.Error, tr.Node, tr.Epoch, micros(tr.Delay),
-		guard, guardOwner, guardEpoch, allowedFrom, allowedTo,
-	).Scan(dst...)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lock, tr.ID)
+	b.Queue(transitionSQL, tr.ID, tr.Version, string(tr.To), tr.Reason, tr.Error, tr.Node, tr.Epoch, micros(tr.Delay),
+		guard, guardOwner, guardEpoch, allowedFrom, allowedTo)
+	b.Queue("COMMIT")
+	br := s.pool.SendBatch(ctx, b)
+	err := readTransition(br, dst)
+	// On an error the connection is left in a failed transaction, and the
+	// pool closes it rather than reuse it.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, wrap(err, "task %d", tr.ID)
 	}
@@ -567,6 +580,26 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 	default:
 		return nil, errors.New("transition: the statement neither applied nor refused the move")
 	}
+}
+
+// readTransition reads transitionSQL's answer from its batch. A task that
+// does not exist has no row to lock: pgx.ErrNoRows.
+func readTransition(br pgx.BatchResults, dst []any) error {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return err
+	}
+	tag, err := br.Exec() // the lock
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return pgx.ErrNoRows
+	}
+	if err := br.QueryRow().Scan(dst...); err != nil {
+		return err
+	}
+	_, err = br.Exec() // COMMIT
+	return err
 }
 
 // nullableTaskRow receives taskColumns from an outer join, where every
