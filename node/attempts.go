@@ -122,8 +122,9 @@ func (a *attempt) stopTimers() {
 // has not returned yet, never overwrite each other. With the count of
 // handlers that have not returned, it bounds the claims (Node.capacity).
 type attempts struct {
-	mu    sync.Mutex
-	byRef map[task.Ref]*attempt
+	mu     sync.Mutex
+	byRef  map[task.Ref]*attempt
+	byTask map[int64][]*attempt
 	// active counts handlers that have not returned.
 	active int
 	// changed is closed and replaced whenever the registry changes, so
@@ -132,7 +133,7 @@ type attempts struct {
 }
 
 func newAttempts() *attempts {
-	return &attempts{byRef: map[task.Ref]*attempt{}, changed: make(chan struct{})}
+	return &attempts{byRef: map[task.Ref]*attempt{}, byTask: map[int64][]*attempt{}, changed: make(chan struct{})}
 }
 
 // add registers a claimed attempt whose handler is about to run.
@@ -140,8 +141,30 @@ func (r *attempts) add(a *attempt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.byRef[a.ref] = a
+	r.byTask[a.ref.ID] = append(r.byTask[a.ref.ID], a)
 	r.active++
 	r.broadcastLocked()
+}
+
+// removeLocked takes a out of the registry, if it is there. r.mu must be
+// held.
+func (r *attempts) removeLocked(a *attempt) {
+	if r.byRef[a.ref] != a {
+		return
+	}
+	delete(r.byRef, a.ref)
+	same := r.byTask[a.ref.ID]
+	for i, other := range same {
+		if other == a {
+			same = append(same[:i], same[i+1:]...)
+			break
+		}
+	}
+	if len(same) == 0 {
+		delete(r.byTask, a.ref.ID)
+	} else {
+		r.byTask[a.ref.ID] = same
+	}
 }
 
 // returned counts a handler out; with settled, the attempt leaves the
@@ -150,8 +173,8 @@ func (r *attempts) returned(a *attempt, settled bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.active--
-	if settled && r.byRef[a.ref] == a {
-		delete(r.byRef, a.ref)
+	if settled {
+		r.removeLocked(a)
 	}
 	r.broadcastLocked()
 }
@@ -161,9 +184,7 @@ func (r *attempts) settle(as []*attempt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range as {
-		if r.byRef[a.ref] == a {
-			delete(r.byRef, a.ref)
-		}
+		r.removeLocked(a)
 	}
 	r.broadcastLocked()
 }
@@ -196,13 +217,21 @@ func (r *attempts) all() []*attempt {
 func (r *attempts) ofTask(id int64) []*attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*attempt
-	for ref, a := range r.byRef {
-		if ref.ID == id {
-			out = append(out, a)
+	return append([]*attempt(nil), r.byTask[id]...)
+}
+
+// othersRunning reports whether a handler of another attempt of a's task
+// has not returned yet.
+func (r *attempts) othersRunning(a *attempt) bool {
+	for _, other := range r.ofTask(a.ref.ID) {
+		if other == a {
+			continue
+		}
+		if done, _ := other.state(); !done {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // current returns the attempt of task id that this node still means to

@@ -37,6 +37,10 @@ func (InlineExecutor) Execute(run func()) { run() }
 // errAttemptOver releases an attempt's context once its handler returned.
 var errAttemptOver = errors.New("attempt over")
 
+// errEarlierAttemptRunning gives up an attempt claimed while the handler of
+// an earlier attempt of the same task still runs on this node.
+var errEarlierAttemptRunning = errors.New("an earlier attempt of the task still runs on this node")
+
 // launch starts a claimed task, sent being the moment on the node's clock
 // before the claim was sent: the database started the task lease no earlier.
 //
@@ -65,6 +69,12 @@ func (n *Node) launch(t *task.Task, sent time.Time) {
 		a.abandon(fmt.Errorf("kind %q is not registered on this node", t.Kind))
 	case !held || epoch != a.epoch:
 		a.abandon(ErrBucketLost)
+	case n.attempts.othersRunning(a):
+		// An earlier attempt's handler, given up but not returned (it
+		// ignores its cancellation), still runs here: this one must not
+		// run beside it. Nothing is written; its lease lapses, and the
+		// rescue, which waits for that handler, tries the task again.
+		a.abandon(errEarlierAttemptRunning)
 	default:
 		// The lease's context ends with the bucket: the attempt is then
 		// given up without a write, as its writes would be fenced.

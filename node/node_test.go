@@ -376,3 +376,71 @@ func TestANodeBuiltForAnotherBucketCountRefusesToStart(t *testing.T) {
 		t.Errorf("a node that refused to start took bucket 0: %+v", leases[0])
 	}
 }
+
+// A task becomes claimable again while the handler of its earlier attempt,
+// given up but ignoring its cancellation, still runs on this node. The node
+// claims it, but must not run it beside that handler: the new attempt is
+// given up unrun, and the task runs again only once the old handler has
+// returned.
+func TestANodeNeverRunsANewAttemptBesideAnOldOneThatStillRuns(t *testing.T) {
+	b := setup(t, withManualClock())
+	cfg := b.config(t, "solo")
+	cfg.TaskLeaseTTL = 3 * time.Second
+	cfg.ReconcileInterval = time.Second
+	cfg.BackoffBase, cfg.BackoffMax = time.Millisecond, time.Millisecond
+	started := make(chan int, 4)
+	release := make(chan struct{})
+	var running sync.Mutex // held by each execution: TryLock fails on an overlap
+	overlaps := make(chan int, 4)
+	n := b.startNode(t, cfg, map[string]Handler{
+		"work": func(ctx context.Context, tk *task.Task) error {
+			if !running.TryLock() {
+				overlaps <- tk.Attempt
+				return nil
+			}
+			defer running.Unlock()
+			started <- tk.Attempt
+			if tk.Attempt == 1 {
+				<-release // ignores its cancellation
+			}
+			return nil
+		},
+	})
+	tk := submit(t, n, SubmitRequest{Kind: "work", Key: "k", MaxAttempts: 5})
+	if got := receive(t, started, "attempt 1"); got != 1 {
+		t.Fatalf("attempt %d started, want 1", got)
+	}
+	// Moved on behind the node's back, as another holder's rescue would;
+	// due at once, so the claim loop takes it again.
+	cur := b.get(t, tk.ID)
+	if _, err := b.store.Transition(b.ctx, store.Transition{
+		ID: tk.ID, Version: cur.StatusVersion, To: task.Retrying, Reason: "rescued by test",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n.claimLoop.poke()
+	eventually(t, "attempt 2 is claimed", func() bool { return b.get(t, tk.ID).Attempt == 2 })
+	eventually(t, "attempt 2 is given up unrun", func() bool {
+		for _, a := range n.attempts.ofTask(tk.ID) {
+			if a.ref.ClaimSeq == 2 {
+				return false
+			}
+		}
+		return true
+	})
+	close(release) // attempt 1's handler returns at last
+	// Attempt 2's lease lapses; the rescue retries the task, and attempt 3
+	// runs alone.
+	b.advanceUntil(t, "the task succeeds", 500*time.Millisecond, b.statusIs(t, tk.ID, task.Succeeded))
+	if got := receive(t, started, "the next attempt"); got != 3 {
+		t.Errorf("attempt %d ran after the old handler returned, want 3", got)
+	}
+	select {
+	case a := <-overlaps:
+		t.Errorf("attempt %d ran beside another", a)
+	default:
+	}
+	if trail := b.trail(t, tk.ID); trail != "queued running retrying running retrying running succeeded" {
+		t.Errorf("trail %q", trail)
+	}
+}
