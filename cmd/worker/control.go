@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-		"time"
+	"time"
 
 	"github.com/urfave/cli/v2"
 

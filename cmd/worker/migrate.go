@@ -13,7 +13,7 @@ import (
 )
 
 var numBucketsFlag = &cli.IntFlag{
-	Name:  "num-buckets",
+	Name:        "num-buckets",
 	Usage:       fmt.Sprintf("the fleet's bucket count, fixed when the fleet is created (%d-%d)", bucket.MinCount, bucket.MaxCount),
 	DefaultText: fmt.Sprintf("the fleet's; %d for a new fleet", bucket.DefaultCount),
 }
