@@ -30,7 +30,7 @@ func checkName(flag, value string, required bool) error {
 }
 
 // checkNameFlag checks a flag holding a name: given, it must not be empty
-// ("--key ”" is a mistake, not "no key").
+// (an empty --key is a mistake, not "no key").
 func checkNameFlag(c *cli.Context, name string, required bool) error {
 	return checkName("--"+name, c.String(name), required || c.IsSet(name))
 }
