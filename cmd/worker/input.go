@@ -54,12 +54,12 @@ func readPayload(c *cli.Context) (json.RawMessage, error) {
 	case strings.HasPrefix(arg, "@"):
 		f, err := os.Open(arg[1:])
 		if err != nil {
-			return nil, invalid(fmt.Errorf("--payload %s: cannot read the file: %w", store.Shorten(arg, 60), errors.Unwrap(err)))
+			return nil, invalid(fmt.Errorf("--payload %s: cannot read the file: %w", store.Shorten(arg, 200), errors.Unwrap(err)))
 		}
 		b, err := io.ReadAll(io.LimitReader(f, store.MaxPayloadBytes+1))
 		_ = f.Close()
 		if err != nil {
-			return nil, invalid(fmt.Errorf("--payload %s: cannot read the file: %w", store.Shorten(arg, 60), err))
+			return nil, invalid(fmt.Errorf("--payload %s: cannot read the file: %w", store.Shorten(arg, 200), err))
 		}
 		raw = b
 	default:

@@ -52,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	app.Reader = stdin
+	app.Metadata = map[string]any{literalArgsKey: countLiteralArgs(args)}
 	var unknown error
 	app.CommandNotFound = func(_ *cli.Context, name string) {
 		unknown = invalid(fmt.Errorf("unknown command %q: see `worker --help`", name))

@@ -80,7 +80,7 @@ func runCommand() *cli.Command {
 				}
 				cfg.Buckets = set
 			}
-			if cfg.NumBuckets != 0 {
+			if c.IsSet(numBucketsFlag.Name) {
 				if _, err := bucket.NewPolicy(cfg.NumBuckets); err != nil {
 					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
 				}
