@@ -206,6 +206,11 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		{"bench jobs 0", d("bench", "--jobs", "0"), 2, []string{"--jobs 0"}},
 		{"completion unknown shell", []string{"completion", "tcsh"}, 2, []string{`"tcsh"`, "bash, zsh or fish"}},
 		{"unknown command", []string{"frobnicate"}, 2, []string{`"frobnicate"`}},
+		// connection strings that do not parse
+		{"dsn bad port", []string{"list", "--dsn", "postgres://u:secret@h:notaport/db"}, 2, []string{"invalid PostgreSQL DSN", "invalid port"}},
+		{"dsn bad escape", []string{"submit", "--kind", "noop", "--dsn", "postgres://%zz"}, 2, []string{"invalid PostgreSQL DSN"}},
+		{"dsn not a dsn", []string{"migrate", "--dsn", "hello world"}, 2, []string{"invalid PostgreSQL DSN"}},
+		{"dsn run", []string{"run", "--node-id", "n", "--dsn", "postgres://u@h:notaport/db"}, 2, []string{"invalid PostgreSQL DSN"}},
 	}
 	before := snapshot(t, dsn)
 	for _, tt := range tests {
@@ -226,6 +231,9 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 			// from the input, and no value printed whole when it is huge.
 			if msg := strings.TrimSuffix(stderr, "\n"); strings.ContainsAny(msg, "\x00\x1b\r\n\t") || len(msg) > 1000 {
 				t.Errorf("stderr is not one short, escaped line: %q", shortFor(stderr))
+			}
+			if strings.Contains(stderr, "secret") {
+				t.Errorf("stderr shows the password: %s", stderr)
 			}
 			if after := snapshot(t, dsn); fmt.Sprint(after) != fmt.Sprint(before) {
 				t.Errorf("the database changed:\nbefore %v\nafter  %v", before, after)

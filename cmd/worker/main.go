@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/flotilla-dev/flotilla/store"
 )
 
 // Exit statuses (DESIGN §9).
@@ -66,8 +68,13 @@ func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	}
 	code := exitRuntime
 	var ee *exitError
-	if errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee):
 		code = ee.code
+	case errors.Is(err, store.ErrInvalid):
+		// A value the library refused wherever a command met it, such as
+		// a connection string that does not parse.
+		code = exitInvalid
 	}
 	if wantsJSON(args) {
 		_ = printJSON(stderr, map[string]any{"error": err.Error(), "exit": code})
