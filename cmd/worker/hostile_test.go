@@ -210,7 +210,7 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		{"dsn bad port", []string{"list", "--dsn", "postgres://u:secret@h:notaport/db"}, 2, []string{"invalid PostgreSQL DSN", "invalid port"}},
 		{"dsn bad escape", []string{"submit", "--kind", "noop", "--dsn", "postgres://%zz"}, 2, []string{"invalid PostgreSQL DSN"}},
 		{"dsn not a dsn", []string{"migrate", "--dsn", "hello world"}, 2, []string{"invalid PostgreSQL DSN"}},
-		{"dsn run", []string{"run", "--node-id", "n", "--dsn", "postgres://u@h:notaport/db"}, 2, []string{"invalid PostgreSQL DSN"}},
+		{"dsn run", []string{"run", "--node-id", "n", "--dsn", "host=h port=notaport"}, 2, []string{"invalid PostgreSQL DSN"}},
 	}
 	before := snapshot(t, dsn)
 	for _, tt := range tests {
