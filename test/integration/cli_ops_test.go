@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,4 +81,34 @@ func TestARestartWithTheSameNodeIDWaitsForTheOldIncarnation(t *testing.T) {
 	if second.exited() {
 		t.Errorf("the restarted node exited: %s", second.output())
 	}
+}
+
+// TestTheSleepKindPausesAndResumes: the README's tour pauses a running
+// sleep task; it stops at its next checkpoint with how long it slept saved,
+// and after a resume sleeps only the rest.
+func TestTheSleepKindPausesAndResumes(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	f.worker("run", "--node-id", "a")
+	f.waitUntilHeld("a", mustSet(t, "0-63"), startWithin)
+	id := f.submit("--kind", "sleep", "--key", "order-16", "--payload", `{"duration":"1h"}`)
+	f.waitForTask(id, "running", func(tk *task.Task) bool { return tk.Status == task.Running })
+	if _, stderr, code := f.cli("pause", fmt.Sprint(id)); code != 0 {
+		t.Fatalf("pause: exit %d: %s", code, stderr)
+	}
+	r := f.waitForTask(id, "paused", func(tk *task.Task) bool { return tk.Status == task.Paused })
+	var progress struct {
+		Slept string `json:"slept"`
+	}
+	if err := json.Unmarshal(r.Task.Progress, &progress); err != nil || progress.Slept == "" {
+		t.Fatalf("paused sleep saved progress %s (%v), want how long it slept", r.Task.Progress, err)
+	}
+	stdout, _, code := f.cli("get", fmt.Sprint(id))
+	if code != 0 || !strings.Contains(stdout, "paused: `worker resume` queues it again") {
+		t.Errorf("get of a paused task does not say why it waits:\n%s", stdout)
+	}
+	if _, stderr, code := f.cli("resume", fmt.Sprint(id)); code != 0 {
+		t.Fatalf("resume: exit %d: %s", code, stderr)
+	}
+	f.waitForTask(id, "running again", func(tk *task.Task) bool { return tk.Status == task.Running && tk.Attempt == 2 })
 }
