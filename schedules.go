@@ -30,6 +30,9 @@ func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, replace
 	if err != nil {
 		return ScheduleReport{}, err
 	}
+	if err := store.CheckScheduleInput(sc); err != nil {
+		return ScheduleReport{}, err
+	}
 	saved, err := c.store.UpsertSchedule(ctx, sc, replace)
 	if err != nil {
 		return ScheduleReport{}, err

@@ -253,3 +253,25 @@ func checkNewTask(nt NewTask, numBuckets int) error {
 	}
 	return nil
 }
+
+// CheckScheduleInput refuses a schedule's user-given values that some store
+// could not keep, as CheckNewTasks does for the tasks it fires: its name,
+// kind, key, time zone and spec (CheckName), payload (CheckPayload),
+// priority and MaxAttempts. The spec's meaning is package schedule's to
+// check.
+func CheckScheduleInput(sc Schedule) error {
+	if err := CheckName("schedule name", sc.Name, true); err != nil {
+		return err
+	}
+	for _, f := range []struct{ field, value string }{
+		{"schedule kind", sc.Kind}, {"schedule key", sc.Key}, {"schedule time zone", sc.Timezone}, {"schedule spec", sc.Spec},
+	} {
+		if err := CheckName(f.field, f.value, false); err != nil {
+			return err
+		}
+	}
+	if err := CheckPayload("schedule payload", sc.Payload); err != nil {
+		return err
+	}
+	return checkNewTask(NewTask{Kind: sc.Kind, Priority: sc.Priority, MaxAttempts: sc.MaxAttempts, Timeout: sc.Timeout}, 0)
+}

@@ -102,3 +102,23 @@ func TestShorten(t *testing.T) {
 		t.Errorf("Shorten = %s", got)
 	}
 }
+
+func TestCheckScheduleInput(t *testing.T) {
+	ok := store.Schedule{Name: "nightly", Spec: "0 3 * * *", Kind: "noop", Key: "nightly"}
+	if err := store.CheckScheduleInput(ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*store.Schedule){
+		"name":         func(sc *store.Schedule) { sc.Name = strings.Repeat("n", 600) },
+		"no name":      func(sc *store.Schedule) { sc.Name = "" },
+		"key":          func(sc *store.Schedule) { sc.Key = "a\xff" },
+		"payload":      func(sc *store.Schedule) { sc.Payload = json.RawMessage(`"\u0000"`) },
+		"max attempts": func(sc *store.Schedule) { sc.MaxAttempts = -1 },
+	} {
+		sc := ok
+		change(&sc)
+		if err := store.CheckScheduleInput(sc); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: %v, want store.ErrInvalid", name, err)
+		}
+	}
+}
