@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/node"
@@ -138,7 +139,7 @@ var Payloads = map[string]string{
 
 // CheckPayload refuses, at submit, a payload that a stock kind could never
 // use, so that it fails now with exit 2 rather than attempt after attempt on
-// a node; it matches store.ErrInvalid. Kinds that are not stock are not
+// a node: a *store.InvalidError, which matches store.ErrInvalid. Kinds that are not stock are not
 // checked: their handlers are the application's.
 func CheckPayload(kind string, payload json.RawMessage) error {
 	var err error
@@ -163,7 +164,8 @@ func CheckPayload(kind string, payload json.RawMessage) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%w: payload %s: %w", store.ErrInvalid, store.Shorten(string(payload), 60), err)
+		return &store.InvalidError{Field: "payload", Value: string(payload), Problem: "is refused by kind " + kind,
+			Valid: strings.TrimPrefix(err.Error(), kind+": ")}
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func readPayload(c *cli.Context) (json.RawMessage, error) {
 // checkKindPayload refuses a payload that a stock kind could never use.
 func checkKindPayload(kind string, payload json.RawMessage) error {
 	if err := kinds.CheckPayload(kind, payload); err != nil {
-		return invalid(fmt.Errorf("--payload for kind %s: %w", kind, err))
+		return invalid(fmt.Errorf("--%w", err))
 	}
 	return nil
 }

@@ -96,7 +96,7 @@ func scheduleAddCommand() *cli.Command {
 				return err
 			}
 			if err := store.CheckTimeout(c.Duration("timeout")); err != nil {
-				return invalid(fmt.Errorf("--timeout: %w", err))
+				return invalid(fmt.Errorf("--%w", err))
 			}
 			payload, err := readPayload(c)
 			if err != nil {

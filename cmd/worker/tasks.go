@@ -138,8 +138,11 @@ func taskRequest(c *cli.Context) (flotilla.TaskRequest, error) {
 	if err := checkDurationFlag(c, "delay", false); err != nil {
 		return r, err
 	}
+	if r.Priority < store.MinPriority || r.Priority > store.MaxPriority {
+		return r, invalid(fmt.Errorf("--priority %d is out of range: give %d to %d", r.Priority, store.MinPriority, store.MaxPriority))
+	}
 	if err := store.CheckTimeout(r.Timeout); err != nil {
-		return r, invalid(fmt.Errorf("--timeout: %w", err))
+		return r, invalid(fmt.Errorf("--%w", err))
 	}
 	if err := store.CheckNewTasks([]store.NewTask{r.NewTask(0)}, 0); err != nil {
 		return r, invalid(err)
