@@ -36,10 +36,16 @@ help: ## List the targets
 	@echo 'Usage: make <target>'
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z_-]+:.*## / { printf "  %-17s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-build: ## Build all packages, and bin/worker once cmd/worker exists
+# worker --version prints these: the nearest tag (or the commit) and the
+# commit, with -dirty for uncommitted changes.
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+build: ## Build all packages, and bin/worker (stamped with version and commit) once cmd/worker exists
 	$(GO) build ./...
 ifneq ($(wildcard cmd/worker),)
-	$(GO) build -o bin/worker ./cmd/worker
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/worker ./cmd/worker
 endif
 
 test: ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)

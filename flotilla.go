@@ -14,7 +14,6 @@ package flotilla
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
+	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
@@ -85,18 +85,11 @@ func (c *Client) Store() store.Store { return c.store }
 // Policy is the fleet's bucket policy.
 func (c *Client) Policy() bucket.Policy { return c.policy }
 
-// TaskRequest describes a task to submit.
-type TaskRequest struct {
-	Kind        string
-	Key         string // routes the task; "" places it in a served bucket at random (see SubmitMany)
-	Payload     json.RawMessage
-	Priority    int
-	RunAt       time.Time     // not before this time; zero means now
-	Delay       time.Duration // from the database's now, when RunAt is zero
-	MaxAttempts int           // 0 means store.DefaultMaxAttempts
-	Timeout     time.Duration // per attempt; 0 means none, else whole milliseconds from 1ms (see store.CheckTimeout)
-	UniqueKey   string
-}
+// TaskRequest describes a task to submit. It is node.SubmitRequest, so
+// that a task is described the same way whether a client or a node submits
+// it; store.CheckNewTasks says what is valid, with the same typed errors
+// (*store.InvalidError) as the command line prints.
+type TaskRequest = node.SubmitRequest
 
 // SubmitOption relaxes Submit's checks.
 type SubmitOption func(*submitOptions)
@@ -219,22 +212,16 @@ func (c *Client) route(ctx context.Context, rs []TaskRequest, o submitOptions) (
 	nts := make([]store.NewTask, len(rs))
 	keyless := false
 	for i, r := range rs {
-		if r.Kind == "" {
-			return nil, fmt.Errorf("%w: task %d has no kind", store.ErrInvalid, i)
-		}
-		if len(r.Payload) > 0 && !json.Valid(r.Payload) {
-			return nil, fmt.Errorf("%w: task %d: payload is not valid JSON: %.60q", store.ErrInvalid, i, r.Payload)
-		}
-		b := -1
+		b := 0 // a task without a key is placed below, once its input is valid
 		if r.Key != "" {
 			b = c.policy.Of(r.Key)
 		} else {
 			keyless = true
 		}
-		nts[i] = store.NewTask{
-			Kind: r.Kind, Key: r.Key, Bucket: b, Priority: r.Priority, RunAt: r.RunAt, Delay: r.Delay,
-			MaxAttempts: r.MaxAttempts, Timeout: r.Timeout, Payload: r.Payload, UniqueKey: r.UniqueKey,
-		}
+		nts[i] = r.NewTask(b)
+	}
+	if err := store.CheckNewTasks(nts, c.policy.Count()); err != nil {
+		return nil, err
 	}
 	if !keyless {
 		return nts, nil

@@ -2,6 +2,7 @@ package flotilla_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/node"
+	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
@@ -348,5 +350,32 @@ func TestBucketsShowHoldersStandbysAndBacklog(t *testing.T) {
 	fb := b.client.Policy().Of(foreign)
 	if r := reports[fb]; r.Holder != "" || r.Queued != 1 {
 		t.Errorf("bucket %d: %+v, want unheld with one queued task", fb, r)
+	}
+}
+
+// TestClientRefusesWhatTheCommandLineRefuses: a Go caller gets the typed
+// errors of store.CheckNewTasks and store.CheckScheduleInput, before
+// anything is written, whatever the fleet's state.
+func TestClientRefusesWhatTheCommandLineRefuses(t *testing.T) {
+	b := setup(t)
+	for name, r := range map[string]flotilla.TaskRequest{
+		"key not UTF-8":  {Kind: "work", Key: "a\xff"},
+		"payload NUL":    {Kind: "work", Key: "k", Payload: json.RawMessage(`{"a":"\u0000"}`)},
+		"negative delay": {Kind: "work", Key: "k", Delay: -time.Second},
+		"delay and at":   {Kind: "work", Key: "k", Delay: time.Second, RunAt: time.Now().Add(time.Hour)},
+	} {
+		_, err := b.client.Submit(b.ctx, r, flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+		var ie *store.InvalidError
+		if !errors.As(err, &ie) || !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: Submit = %v, want a *store.InvalidError", name, err)
+		}
+	}
+	_, err := b.client.AddSchedule(b.ctx, schedule.Definition{Name: strings.Repeat("n", 4000), Every: time.Minute, Kind: "work"}, store.UpsertCreate)
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "4000 bytes") {
+		t.Errorf("AddSchedule with a 4000-byte name: %v, want store.ErrInvalid naming its length", err)
+	}
+	tasks, err := b.client.List(b.ctx, store.TaskFilter{})
+	if err != nil || len(tasks) != 0 {
+		t.Errorf("refused requests left %d tasks (%v)", len(tasks), err)
 	}
 }

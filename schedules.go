@@ -39,6 +39,9 @@ func (c *Client) AddSchedule(ctx context.Context, d schedule.Definition, mode st
 	if err != nil {
 		return ScheduleReport{}, err
 	}
+	if err := store.CheckScheduleInput(sc); err != nil {
+		return ScheduleReport{}, err
+	}
 	saved, err := c.store.UpsertSchedule(ctx, sc, mode)
 	if err != nil {
 		return ScheduleReport{}, err

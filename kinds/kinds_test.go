@@ -8,9 +8,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -80,5 +82,72 @@ func TestFailUntilAttempt(t *testing.T) {
 func TestNoop(t *testing.T) {
 	if err := Noop(context.Background(), &task.Task{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCheckPayloadRefusesWhatAStockKindCannotUse(t *testing.T) {
+	tests := []struct {
+		kind, payload string
+		ok            bool
+		mentions      string
+	}{
+		{"sleep", `{"duration":"2s"}`, true, ""},
+		{"sleep", `{"duration":"banana"}`, false, `"banana" is not a duration`},
+		{"sleep", `{"duration":"-1s"}`, false, `"-1s" is not a duration`},
+		{"sleep", `{"durration":"1s"}`, false, `unknown field "durration"`},
+		{"sleep", ``, false, `"" is not a duration`},
+		{"fail", `{"until_attempt":2}`, true, ""},
+		{"fail", ``, true, ""},
+		{"fail", `{"until_attempt":-1}`, false, "until_attempt -1 is negative"},
+		{"fail", `{"until_attempt":"x"}`, false, "does not decode"},
+		{"exec", `{"argv":["/bin/echo"]}`, true, ""},
+		{"exec", `{"argv":[]}`, false, "no command"},
+		{"exec", `{}`, false, "no command"},
+		{"noop", `{"anything":1}`, true, ""},
+		{"app-kind", `{"anything":1}`, true, ""},
+	}
+	for _, tt := range tests {
+		err := CheckPayload(tt.kind, json.RawMessage(tt.payload))
+		if tt.ok {
+			if err != nil {
+				t.Errorf("%s %s: %v, want accepted", tt.kind, tt.payload, err)
+			}
+			continue
+		}
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tt.mentions) {
+			t.Errorf("%s %s: %v, want store.ErrInvalid saying %q", tt.kind, tt.payload, err, tt.mentions)
+		}
+	}
+}
+
+// pauseHooks is an attempt whose pause was requested: Checkpoint answers
+// ErrPaused, and SaveProgress keeps what it is given.
+type pauseHooks struct{ saved json.RawMessage }
+
+func (h *pauseHooks) Checkpoint(context.Context) error { return task.ErrPaused }
+func (h *pauseHooks) SaveProgress(_ context.Context, p json.RawMessage) error {
+	h.saved = p
+	return nil
+}
+
+func TestSleepPausesAtACheckpointAndResumesWithTheRest(t *testing.T) {
+	tk := &task.Task{Kind: "sleep", Payload: json.RawMessage(`{"duration":"1h"}`)}
+	hooks := &pauseHooks{}
+	tk.BindAttempt(hooks)
+	if err := Sleep(context.Background(), tk); !errors.Is(err, task.ErrPaused) {
+		t.Fatalf("Sleep with a pause requested: %v, want task.ErrPaused", err)
+	}
+	var p SleepProgress
+	if err := json.Unmarshal(hooks.saved, &p); err != nil || p.Slept == "" {
+		t.Fatalf("saved progress %s: %v", hooks.saved, err)
+	}
+	// The attempt after the resume sleeps what is left: of 1h, with 1h
+	// slept already, nothing.
+	resumed := &task.Task{Kind: "sleep", Payload: json.RawMessage(`{"duration":"1h"}`),
+		Progress: json.RawMessage(`{"slept":"1h"}`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Sleep(ctx, resumed); err != nil {
+		t.Fatalf("resumed Sleep: %v, want it done at once", err)
 	}
 }

@@ -15,11 +15,14 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-// SubmitRequest is a task to submit through a node.
+// SubmitRequest is a task to submit, through a node or through the client
+// (flotilla.TaskRequest is the same type). store.CheckNewTasks says what is
+// valid.
 type SubmitRequest struct {
 	Kind string
-	// Key routes the task to its bucket. It may be empty only on a node
-	// that declares every bucket.
+	// Key routes the task to its bucket. Through a node it may be empty
+	// only on a node that declares every bucket; through the client, ""
+	// places the task in a served bucket at random.
 	Key     string
 	Payload json.RawMessage // nil means null; otherwise valid JSON
 	// Priority: higher runs first; FIFO within a priority.
@@ -31,11 +34,28 @@ type SubmitRequest struct {
 	// MaxAttempts is the number of attempts allowed (0 means
 	// store.DefaultMaxAttempts).
 	MaxAttempts int
-	// Timeout bounds each attempt (0 means none).
+	// Timeout bounds each attempt: 0 means none, else whole milliseconds
+	// from 1ms (see store.CheckTimeout).
 	Timeout time.Duration
 	// UniqueKey, when set, refuses the task (store.ErrDuplicate) while an
 	// unfinished task has the same one.
 	UniqueKey string
+}
+
+// NewTask is the request in the store's form, in the given bucket.
+func (r SubmitRequest) NewTask(bucket int) store.NewTask {
+	return store.NewTask{
+		Kind:        r.Kind,
+		Key:         r.Key,
+		Bucket:      bucket,
+		Priority:    r.Priority,
+		RunAt:       r.RunAt,
+		Delay:       r.Delay,
+		MaxAttempts: r.MaxAttempts,
+		Timeout:     r.Timeout,
+		Payload:     r.Payload,
+		UniqueKey:   r.UniqueKey,
+	}
 }
 
 // ErrUnknownKind is matched by every *UnknownKindError.
@@ -73,7 +93,8 @@ func (n *Node) Submit(ctx context.Context, req SubmitRequest) (*task.Task, error
 // must be registered here (*UnknownKindError); on a node that does not
 // declare every bucket, its key must hash to a declared bucket
 // (*bucket.ForeignBucketError) and must not be empty (*bucket.MissingKeyError);
-// its payload must be JSON (store.ErrInvalid). A node that declares every
+// and it must pass store.CheckNewTasks (*store.InvalidError, which matches
+// store.ErrInvalid, or store.ErrDuplicate for a unique key given twice). A node that declares every
 // bucket accepts a task without a key and puts it in a random bucket: such
 // tasks have no ordering to keep, and spreading them keeps them from
 // queueing behind each other in one bucket. The stored key stays "".
@@ -91,6 +112,15 @@ func (n *Node) submit(ctx context.Context, reqs []SubmitRequest, many bool) ([]*
 	}
 	if len(reqs) == 0 {
 		return []*task.Task{}, nil
+	}
+	// What every store would refuse is refused first, whatever the node
+	// declares; the bucket is checked once it is known.
+	unrouted := make([]store.NewTask, len(reqs))
+	for i, req := range reqs {
+		unrouted[i] = req.NewTask(0)
+	}
+	if err := store.CheckNewTasks(unrouted, 0); err != nil {
+		return nil, err
 	}
 	meta, err := n.fleetMeta(ctx)
 	if err != nil {
@@ -129,21 +159,8 @@ func (n *Node) submit(ctx context.Context, reqs []SubmitRequest, many bool) ([]*
 // checkSubmit refuses a request that this node must not accept, and
 // otherwise returns the task to create.
 func checkSubmit(req SubmitRequest, policy bucket.Policy, owned bucket.Set, all bool, kinds []string) (store.NewTask, error) {
-	switch {
-	case req.Kind == "":
-		return store.NewTask{}, fmt.Errorf("%w: a task needs a kind", store.ErrInvalid)
-	case !slices.Contains(kinds, req.Kind):
+	if !slices.Contains(kinds, req.Kind) {
 		return store.NewTask{}, &UnknownKindError{Kind: req.Kind, Registered: kinds}
-	case len(req.Payload) > 0 && !json.Valid(req.Payload):
-		return store.NewTask{}, fmt.Errorf("%w: the payload of the %q task is not valid JSON", store.ErrInvalid, req.Kind)
-	case req.MaxAttempts < 0:
-		return store.NewTask{}, fmt.Errorf("%w: MaxAttempts %d is negative", store.ErrInvalid, req.MaxAttempts)
-	case store.CheckTimeout(req.Timeout) != nil:
-		return store.NewTask{}, fmt.Errorf("%w: %w", store.ErrInvalid, store.CheckTimeout(req.Timeout))
-	case req.Delay < 0:
-		return store.NewTask{}, fmt.Errorf("%w: Delay %v is negative", store.ErrInvalid, req.Delay)
-	case req.Delay > 0 && !req.RunAt.IsZero():
-		return store.NewTask{}, fmt.Errorf("%w: both RunAt and Delay are set; give one", store.ErrInvalid)
 	}
 
 	var b int
@@ -158,16 +175,5 @@ func checkSubmit(req SubmitRequest, policy bucket.Policy, owned bucket.Set, all 
 			return store.NewTask{}, &bucket.ForeignBucketError{Key: req.Key, Bucket: b, Owned: owned}
 		}
 	}
-	return store.NewTask{
-		Kind:        req.Kind,
-		Key:         req.Key,
-		Bucket:      b,
-		Priority:    req.Priority,
-		RunAt:       req.RunAt,
-		Delay:       req.Delay,
-		MaxAttempts: req.MaxAttempts,
-		Timeout:     req.Timeout,
-		Payload:     req.Payload,
-		UniqueKey:   req.UniqueKey,
-	}, nil
+	return req.NewTask(b), nil
 }

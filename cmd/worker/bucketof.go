@@ -23,9 +23,15 @@ func bucketOfCommand() *cli.Command {
 				return invalid(fmt.Errorf("bucket-of takes one KEY, got %d arguments", len(args)))
 			}
 			key := args[0]
+			if err := checkName("KEY", key, true); err != nil {
+				return err
+			}
 			count := bucket.DefaultCount
 			if c.IsSet(numBucketsFlag.Name) {
 				count = c.Int(numBucketsFlag.Name)
+				if _, err := bucket.NewPolicy(count); err != nil {
+					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
+				}
 			}
 			holder := ""
 			dsn, _, err := lookupDSN(c)

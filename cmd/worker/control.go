@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -67,13 +66,16 @@ func controlCommand(name, usage string, canWait bool, act controlAction) *cli.Co
 			if len(args) != 1 {
 				return invalid(fmt.Errorf("%s takes one task ID, got %d arguments", name, len(args)))
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return invalid(fmt.Errorf("task ID %q is not a positive integer", args[0]))
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			if err := checkNameFlag(c, "reason", false); err != nil {
+				return err
 			}
 			wait := canWait && c.Bool("wait")
-			if wait && c.Duration("timeout") <= 0 {
-				return invalid(fmt.Errorf("--timeout %v is not positive", c.Duration("timeout")))
+			if canWait && c.Duration("timeout") <= 0 {
+				return invalid(fmt.Errorf("--timeout %v is not positive: give how long --wait waits, e.g. 1m", c.Duration("timeout")))
 			}
 			client, err := connect(c)
 			if err != nil {

@@ -124,9 +124,19 @@ var passwordKeyword = regexp.MustCompile(`(^|\s)password\s*=`)
 // first positional argument and would silently treat `--json` in
 // `worker get 7 --json` as a second argument; here it works, and an unknown
 // flag is refused.
+//
+// A "--" ends the flags: what follows is an argument even if it starts with
+// "-". urfave/cli drops a "--" that comes before any argument, so run counts
+// the arguments after the first "--" of the command line (literalArgs), and
+// those last arguments are taken as they are.
 func positional(c *cli.Context) ([]string, error) {
 	var args []string
 	rest := c.Args().Slice()
+	literal := literalArgs(c)
+	if literal > len(rest) {
+		literal = len(rest)
+	}
+	rest, tail := rest[:len(rest)-literal], rest[len(rest)-literal:]
 	for i := 0; i < len(rest); i++ {
 		tok := rest[i]
 		if tok == "--" {
@@ -155,7 +165,26 @@ func positional(c *cli.Context) ([]string, error) {
 			return nil, invalid(fmt.Errorf("invalid value %q for flag --%s: %w", value, name, err))
 		}
 	}
-	return args, nil
+	return append(args, tail...), nil
+}
+
+// literalArgsKey is where run leaves, in the app's metadata, the number of
+// arguments after the command line's first "--".
+const literalArgsKey = "literal-args"
+
+func literalArgs(c *cli.Context) int {
+	n, _ := c.App.Metadata[literalArgsKey].(int)
+	return n
+}
+
+// countLiteralArgs counts the arguments after the first "--".
+func countLiteralArgs(args []string) int {
+	for i, a := range args {
+		if a == "--" {
+			return len(args) - i - 1
+		}
+	}
+	return 0
 }
 
 func lookupFlag(flags []cli.Flag, name string) cli.Flag {

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/flotilla-dev/flotilla/store"
 )
 
 // Exit statuses (DESIGN §9).
@@ -22,17 +25,36 @@ const (
 	exitTooLate  = 5
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set by `make build`, with -ldflags
+// "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// versionString is what --version prints after the name.
+func versionString() string {
+	if commit == "" {
+		return version
+	}
+	return version + " (commit " + commit + ")"
+}
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	os.Exit(runWithInput(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run is main without the process: tests call it with their own arguments
 // and writers.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWithInput(args, strings.NewReader(""), stdout, stderr)
+}
+
+// runWithInput is run with a standard input, which --payload - reads.
+func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	app.Reader = stdin
+	app.Metadata = map[string]any{literalArgsKey: countLiteralArgs(args)}
 	var unknown error
 	app.CommandNotFound = func(_ *cli.Context, name string) {
 		unknown = invalid(fmt.Errorf("unknown command %q: see `worker --help`", name))
@@ -44,12 +66,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "worker:", err)
+	code := exitRuntime
 	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case errors.Is(err, store.ErrInvalid):
+		// A value the library refused wherever a command met it, such as
+		// a connection string that does not parse.
+		code = exitInvalid
 	}
-	return exitRuntime
+	if wantsJSON(args) {
+		_ = printJSON(stderr, map[string]any{"error": err.Error(), "exit": code})
+	} else {
+		fmt.Fprintln(stderr, "worker:", err)
+	}
+	return code
+}
+
+// wantsJSON reports whether the command line asks for JSON output, so that
+// an error is printed as JSON too: {"error": ..., "exit": N}. It looks at
+// the arguments rather than at the parsed flag, since an error may come
+// before or from the parsing itself.
+func wantsJSON(args []string) bool {
+	for _, a := range args[1:] {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -57,7 +105,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:    "worker",
 		Usage:   "a fleet of workers for background tasks on PostgreSQL",
-		Version: version,
+		Version: versionString(),
 		Writer:  stdout, ErrWriter: stderr,
 		// Errors are printed once, by run, with their exit status.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -77,8 +125,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			bucketOfCommand(),
 			scheduleCommand(),
 			benchCommand(),
+			completionCommand(),
 		},
+		EnableBashCompletion: true,
 	}
+	document(app.Commands, "")
 	// A bad flag value is invalid input (exit 2) with a one-line message,
 	// not a page of help on stdout.
 	var setUsageError func([]*cli.Command)

@@ -13,8 +13,9 @@ import (
 )
 
 var numBucketsFlag = &cli.IntFlag{
-	Name:  "num-buckets",
-	Usage: fmt.Sprintf("the fleet's bucket count, fixed when the fleet is created (%d-%d; default %d)", bucket.MinCount, bucket.MaxCount, bucket.DefaultCount),
+	Name:        "num-buckets",
+	Usage:       fmt.Sprintf("the fleet's bucket count, fixed when the fleet is created (%d-%d)", bucket.MinCount, bucket.MaxCount),
+	DefaultText: fmt.Sprintf("the fleet's; %d for a new fleet", bucket.DefaultCount),
 }
 
 func migrateCommand() *cli.Command {

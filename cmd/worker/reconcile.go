@@ -117,8 +117,8 @@ func printOperatorReport(c *cli.Context, rep reconcile.OperatorReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tBUCKET\tKIND\tFROM\tTO\tOUTCOME\tPREVIOUS OWNER\tATTEMPT")
 	for _, e := range rep.Entries {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", e.TaskID, e.Bucket, e.Kind, e.From, e.To, e.Outcome,
-			dash(e.PreviousOwner), e.Attempt)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", e.TaskID, e.Bucket, cell(e.Kind), e.From, e.To, e.Outcome,
+			dash(cell(e.PreviousOwner)), e.Attempt)
 	}
 	_ = tw.Flush()
 	if rep.More {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/zap"
 
@@ -28,19 +29,21 @@ func runCommand() *cli.Command {
 		Usage:     "run a node: hold the declared buckets and run their tasks until SIGTERM or SIGINT",
 		ArgsUsage: " ",
 		Flags: commonFlags(
-			&cli.StringFlag{Name: "buckets", Usage: `the buckets this node declares, e.g. "0-31" (default: every bucket)`},
+			&cli.StringFlag{Name: "buckets", Usage: `the buckets this node declares, e.g. "0-31"`, DefaultText: "every bucket"},
 			numBucketsFlag,
-			&cli.StringFlag{Name: "node-id", Usage: "this node's name (default: host-pid-random)"},
+			&cli.StringFlag{Name: "node-id", Usage: "this node's name", DefaultText: "host-pid-random"},
+			&cli.BoolFlag{Name: "wait-for-node-id", Usage: "when a live process still uses --node-id (a restart right after a crash), " +
+				"wait until its liveness expires, then start, instead of exiting with status 3"},
 			&cli.IntFlag{Name: "concurrency", Value: node.DefaultConcurrency, Usage: "handlers run at once"},
 			&cli.DurationFlag{Name: "bucket-lease-ttl", Value: node.DefaultBucketLeaseTTL, Usage: "bucket lease duration: how long a dead node's buckets wait for a successor"},
-			&cli.DurationFlag{Name: "bucket-lease-heartbeat", Usage: "how often bucket leases are renewed (default: TTL/3)"},
+			&cli.DurationFlag{Name: "bucket-lease-heartbeat", Usage: "how often bucket leases are renewed", DefaultText: "TTL/3"},
 			&cli.DurationFlag{Name: "task-lease-ttl", Value: node.DefaultTaskLeaseTTL, Usage: "task lease duration, renewed every TTL/3"},
-			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: node.DefaultShutdownTimeout, Usage: "how long shutdown waits for running handlers; a second SIGINT or SIGTERM stops waiting"},
 			&cli.DurationFlag{Name: "poll-interval", Value: node.DefaultPollInterval, Usage: "how often to look for work when no notification arrives"},
-			&cli.DurationFlag{Name: "reconcile-interval", Usage: "how often to rescue tasks of held buckets whose lease expired (default: the task lease TTL)"},
+			&cli.DurationFlag{Name: "reconcile-interval", Usage: "how often to rescue tasks of held buckets whose lease expired", DefaultText: "the task lease TTL"},
 			&cli.DurationFlag{Name: "command-poll", Value: node.DefaultCommandPoll, Usage: "how often to read pending stop/pause commands when no notification arrives"},
 			&cli.DurationFlag{Name: "stop-grace", Value: node.DefaultStopGrace, Usage: "how long a stopped handler may take to return before it is abandoned"},
-			&cli.StringSliceFlag{Name: "allow-exec", Usage: "let exec tasks run this executable (repeatable); without it exec tasks fail; prefer absolute paths"},
+			&cli.StringSliceFlag{Name: "allow-exec", Usage: "let exec tasks run this executable (repeatable); without it the node does not run the exec kind; prefer absolute paths"},
 			&cli.StringSliceFlag{Name: "allow-exec-env", Usage: "let an exec task's payload set this environment variable (repeatable); without it a payload may set none. " +
 				"Variables that make programs run other code (LD_*, BASH_*, PATH, PYTHON*, GIT_*, ...) are refused: see docs/exec.md"},
 			&cli.StringFlag{Name: "exec-user", Usage: "run exec children as this user (name or uid), with its primary group and no supplementary group; needs the node to run as root"},
@@ -48,6 +51,9 @@ func runCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c, "did you mean --buckets?"); err != nil {
+				return err
+			}
+			if err := checkRunFlags(c); err != nil {
 				return err
 			}
 			// Before anything else, and in every case: children of the
@@ -74,7 +80,7 @@ func runCommand() *cli.Command {
 				}
 				cfg.Buckets = set
 			}
-			if cfg.NumBuckets != 0 {
+			if c.IsSet(numBucketsFlag.Name) {
 				if _, err := bucket.NewPolicy(cfg.NumBuckets); err != nil {
 					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
 				}
@@ -107,7 +113,10 @@ func runCommand() *cli.Command {
 				log.Warn("the database password was given on the command line, which every user of this host can read " +
 					"(ps, /proc/<pid>/cmdline): give the connection string through " + dsnEnv + " or --dsn-file instead")
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log)
+			if err := checkDeclaredRange(c.Context, dsn, cfg); err != nil {
+				return err
+			}
+			return runNode(c.Context, dsn, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log)
 		},
 	}
 }
@@ -135,7 +144,7 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
+func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool, log *zap.Logger) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
 	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
@@ -156,10 +165,48 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 		return invalid(err)
 	}
 	kinds.Register(n)
-	kinds.RegisterExec(n, exec)
+	// A node that may run nothing does not advertise the exec kind, so
+	// that an exec task is refused at submit rather than failed here.
+	if len(exec.Allowed) > 0 {
+		kinds.RegisterExec(n, exec)
+	}
+	return serveNode(ctx, s, n, httpAddr, cfg, waitForID, log)
+}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+// serveNode starts the node and runs it until SIGINT or SIGTERM, then shuts
+// it down; a second signal stops waiting for running handlers.
+func serveNode(ctx context.Context, s store.Store, n *node.Node, httpAddr string, cfg node.Config, waitForID bool,
+	log *zap.Logger) error {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	runCtx, stopRunning := context.WithCancel(ctx)
+	defer stopRunning()
+	// Shutdown's context ends only on the second signal: the first lets
+	// the node wait up to --shutdown-timeout for its handlers.
+	shutdownCtx, force := context.WithCancel(context.WithoutCancel(ctx))
+	defer force()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-signals:
+		case <-runCtx.Done():
+		case <-done:
+			return
+		}
+		log.Info("shutting down: waiting up to "+shutdownTimeout(cfg).String()+
+			" for running handlers; press Ctrl-C again to force", zap.String("node", n.ID()))
+		stopRunning()
+		select {
+		case sig := <-signals:
+			log.Warn("forcing the exit: handlers still running are abandoned, and the buckets they run in "+
+				"are left to lapse so that their tasks are rescued after the lease expires; every other bucket is released",
+				zap.String("signal", sig.String()), zap.String("node", n.ID()))
+			force()
+		case <-done:
+		}
+	}()
 	if httpAddr != "" {
 		// Listen before starting, so that a taken address fails the start
 		// rather than a running node.
@@ -172,12 +219,73 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 		defer func() { _ = srv.Close() }()
 		log.Info("serving health checks", zap.String("addr", ln.Addr().String()))
 	}
-	if err := n.Start(ctx); err != nil {
+	if err := startNode(runCtx, s, n, cfg, waitForID, log); err != nil {
+		if runCtx.Err() != nil {
+			return nil // asked to stop before the node started
+		}
 		return startError(err)
 	}
-	<-ctx.Done()
-	log.Info("shutting down", zap.String("node", n.ID()))
-	return n.Shutdown(context.Background())
+	<-runCtx.Done()
+	return n.Shutdown(shutdownCtx)
+}
+
+func shutdownTimeout(cfg node.Config) time.Duration {
+	if cfg.ShutdownTimeout > 0 {
+		return cfg.ShutdownTimeout
+	}
+	return node.DefaultShutdownTimeout
+}
+
+// startNode starts the node. Under --wait-for-node-id, while another live
+// incarnation uses the node id (a restart right after a crash: the old one
+// is dead but its liveness has not expired), it logs whom it waits on and
+// until when, waits, and tries again.
+func startNode(ctx context.Context, s store.Store, n *node.Node, cfg node.Config, waitForID bool, log *zap.Logger) error {
+	for {
+		err := n.Start(ctx)
+		var alive *store.NodeAliveError
+		if err == nil || !waitForID || !errors.As(err, &alive) {
+			return err
+		}
+		until, wait := aliveUntil(ctx, s, alive, cfg)
+		log.Info("waiting for the node id's live incarnation to expire before starting",
+			zap.String("node", alive.NodeID), zap.String("incarnation", alive.Incarnation),
+			zap.Time("until", until), zap.Duration("wait", wait))
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// aliveUntil reads when the incarnation that holds the node id stops being
+// live, by the database clock, and how long that is from now; when it
+// cannot tell, a third of the bucket lease TTL, the heartbeat's period.
+func aliveUntil(ctx context.Context, s store.Store, alive *store.NodeAliveError, cfg node.Config) (time.Time, time.Duration) {
+	ttl := cfg.BucketLeaseTTL
+	if ttl <= 0 {
+		ttl = node.DefaultBucketLeaseTTL
+	}
+	fallback := ttl / 3
+	nodes, err := s.ListNodes(ctx)
+	if err != nil {
+		return time.Time{}, fallback
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return time.Time{}, fallback
+	}
+	for _, ni := range nodes {
+		if ni.ID == alive.NodeID && ni.Incarnation == alive.Incarnation {
+			// A little past the expiry, so that the database sees it
+			// expired whatever the rounding.
+			return ni.ExpiresAt, max(ni.ExpiresAt.Sub(now)+50*time.Millisecond, 50*time.Millisecond)
+		}
+	}
+	return time.Time{}, fallback
 }
 
 func startError(err error) error {
@@ -186,6 +294,62 @@ func startError(err error) error {
 		return invalid(err)
 	case errors.Is(err, store.ErrNodeAlive), errors.Is(err, store.ErrSchema):
 		return refused(err)
+	}
+	return err
+}
+
+// checkRunFlags refuses run's flags that would be silently changed or that
+// cannot work: a node id store.CheckName refuses, a concurrency below 1
+// (node.Config would take 0 for its default), negative durations.
+func checkRunFlags(c *cli.Context) error {
+	if err := checkNameFlag(c, "node-id", false); err != nil {
+		return err
+	}
+	if err := checkPositive(c, "concurrency"); err != nil {
+		return err
+	}
+	for _, name := range []string{"bucket-lease-ttl", "bucket-lease-heartbeat", "task-lease-ttl", "shutdown-timeout",
+		"poll-interval", "reconcile-interval", "command-poll", "stop-grace"} {
+		if err := checkDurationFlag(c, name, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDeclaredRange refuses --buckets beyond the fleet's count before
+// anything is created: against --num-buckets when given; else, when the
+// set reaches past a new fleet's count, against the existing fleet's count,
+// or a new fleet's when there is no fleet yet (the database or its schema
+// missing), so that a refused node leaves no database or schema behind.
+func checkDeclaredRange(ctx context.Context, dsn string, cfg node.Config) error {
+	if cfg.AllBuckets {
+		return nil
+	}
+	if cfg.NumBuckets != 0 {
+		if err := cfg.Buckets.CheckRange(cfg.NumBuckets); err != nil {
+			return invalid(fmt.Errorf("invalid --buckets for --num-buckets %d: %w", cfg.NumBuckets, err))
+		}
+		return nil
+	}
+	if cfg.Buckets.CheckRange(bucket.DefaultCount) == nil {
+		return nil // within every fleet's count
+	}
+	s, meta, err := openFleet(ctx, dsn)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		s.Close()
+		if err := cfg.Buckets.CheckRange(meta.NumBuckets); err != nil {
+			return invalid(fmt.Errorf("invalid --buckets for this fleet: %w", err))
+		}
+		return nil
+	case errors.Is(err, store.ErrSchema), errors.As(err, &pgErr) && pgErr.Code == "3D000": // invalid_catalog_name
+		if err := cfg.Buckets.CheckRange(bucket.DefaultCount); err != nil {
+			return invalid(fmt.Errorf("invalid --buckets: there is no fleet yet, and a new one has %d buckets: %w "+
+				"(give --num-buckets to create it with more)", bucket.DefaultCount, err))
+		}
+		return nil
 	}
 	return err
 }

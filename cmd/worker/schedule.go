@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -30,7 +31,10 @@ func scheduleCommand() *cli.Command {
 					if err := client.RemoveSchedule(c.Context, name); err != nil {
 						return err
 					}
-					fmt.Fprintf(c.App.Writer, "schedule %s removed\n", name)
+					if c.Bool(jsonFlag.Name) {
+						return printJSON(c.App.Writer, map[string]any{"name": name, "removed": true})
+					}
+					fmt.Fprintf(c.App.Writer, "schedule %s removed\n", cell(name))
 					return nil
 				}),
 			scheduleActionCommand("pause", "stop a schedule from firing",
@@ -50,18 +54,21 @@ func scheduleAddCommand() *cli.Command {
 		Name:      "add",
 		Usage:     "add a schedule: (--cron EXPR | --every D) --kind K NAME",
 		ArgsUsage: "NAME",
+		Description: "The definition is checked before anything connects; a refused one writes nothing.\n\n" +
+			stockKindsHelp(),
 		Flags: commonFlags(
 			&cli.StringFlag{Name: "cron", Usage: `cron expression: 5 fields, or 6 with seconds first ("*/5 * * * *", "@hourly")`},
 			&cli.DurationFlag{Name: "every", Usage: "fixed period, at least 1s; ticks fall on whole multiples since the Unix epoch"},
 			&cli.StringFlag{Name: "kind", Usage: "the kind of the task each tick fires (required)"},
-			&cli.StringFlag{Name: "key", Usage: "routes the schedule and its tasks to a bucket (default: the name)"},
-			&cli.StringFlag{Name: "payload", Usage: "JSON given to each task's handler"},
-			&cli.StringFlag{Name: "timezone", Usage: `IANA time zone of the cron fields (default UTC), e.g. "Europe/Paris"`},
+			&cli.StringFlag{Name: "key", Usage: "routes the schedule and its tasks to a bucket", DefaultText: "the name"},
+			&cli.StringFlag{Name: "payload", Usage: "JSON given to each task's handler; @FILE reads it from a file, - from standard input"},
+			&cli.StringFlag{Name: "timezone", Usage: `IANA time zone of the cron fields, e.g. "Europe/Paris"`, DefaultText: "UTC"},
 			&cli.StringFlag{Name: "catch-up", Value: schedule.Skip,
 				Usage: "ticks missed while no node held the bucket: skip them, or fire the latest once"},
 			&cli.IntFlag{Name: "priority", Usage: "the tasks' priority; higher runs first"},
-			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts of each task (default %d)", store.DefaultMaxAttempts)},
-			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout of each task"},
+			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts of each task, 1-%d", store.MaxMaxAttempts),
+				DefaultText: strconv.Itoa(store.DefaultMaxAttempts)},
+			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout of each task, in whole milliseconds", DefaultText: "none"},
 			&cli.BoolFlag{Name: "paused", Usage: "create the schedule paused; with --replace, pause it"},
 			&cli.BoolFlag{Name: "resume", Usage: "with --replace, resume the schedule if paused, from its next tick"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace a schedule of the same name; it stays paused or running " +
@@ -74,7 +81,31 @@ func scheduleAddCommand() *cli.Command {
 				return err
 			}
 			if len(args) != 1 {
-				return invalid(fmt.Errorf("schedule add takes one NAME, got %q", args))
+				return invalid(fmt.Errorf("schedule add takes one NAME, got %d arguments", len(args)))
+			}
+			if err := checkName("NAME", args[0], true); err != nil {
+				return err
+			}
+			for _, name := range []string{"kind", "key", "timezone"} {
+				if err := checkNameFlag(c, name, false); err != nil {
+					return err
+				}
+			}
+			if err := checkCronLists(c.String("cron")); err != nil {
+				return err
+			}
+			if err := checkMaxAttempts(c); err != nil {
+				return err
+			}
+			if err := store.CheckTimeout(c.Duration("timeout")); err != nil {
+				return invalid(fmt.Errorf("--%w", err))
+			}
+			payload, err := readPayload(c)
+			if err != nil {
+				return err
+			}
+			if err := checkKindPayload(c.String("kind"), payload); err != nil {
+				return err
 			}
 			if c.Bool("paused") && c.Bool("resume") {
 				return invalid(fmt.Errorf("schedule add: --paused and --resume contradict each other: give one"))
@@ -90,10 +121,10 @@ func scheduleAddCommand() *cli.Command {
 				Name: args[0], Cron: c.String("cron"), Every: c.Duration("every"), Timezone: c.String("timezone"),
 				CatchUp: c.String("catch-up"), Kind: c.String("kind"), Key: c.String("key"),
 				Priority: c.Int("priority"), MaxAttempts: c.Int("max-attempts"), Timeout: c.Duration("timeout"),
-				Paused: c.Bool("paused"),
+				Paused: c.Bool("paused"), Payload: payload,
 			}
-			if p := c.String("payload"); p != "" {
-				d.Payload = json.RawMessage(p)
+			if c.Int("priority") < store.MinPriority || c.Int("priority") > store.MaxPriority {
+				return invalid(fmt.Errorf("--priority %d is out of range: give %d to %d", c.Int("priority"), store.MinPriority, store.MaxPriority))
 			}
 			// Refuse a bad definition before connecting: bucket routing is
 			// the only part that needs the fleet.
@@ -126,7 +157,7 @@ func scheduleAddCommand() *cli.Command {
 			if !r.Enabled {
 				state = ", paused"
 			}
-			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s%s\n", r.Name, describeTiming(r.Schedule),
+			fmt.Fprintf(c.App.Writer, "schedule %s added: %s, bucket %d, first at %s%s\n", cell(r.Name), cell(describeTiming(r.Schedule)),
 				r.Bucket, human(r.NextFireAt), state)
 			return nil
 		},
@@ -147,7 +178,10 @@ func scheduleActionCommand(name, usage string, act func(*cli.Context, *flotilla.
 				return err
 			}
 			if len(args) != 1 {
-				return invalid(fmt.Errorf("schedule %s takes one NAME, got %q", name, args))
+				return invalid(fmt.Errorf("schedule %s takes one NAME, got %d arguments", name, len(args)))
+			}
+			if err := checkName("NAME", args[0], true); err != nil {
+				return err
 			}
 			client, err := connect(c)
 			if err != nil {
@@ -172,7 +206,7 @@ func printSchedule(c *cli.Context, change func(context.Context, string) (store.S
 	if !sc.Enabled {
 		state = "paused"
 	}
-	fmt.Fprintf(c.App.Writer, "schedule %s %s\n", sc.Name, state)
+	fmt.Fprintf(c.App.Writer, "schedule %s %s\n", cell(sc.Name), state)
 	return nil
 }
 
@@ -234,8 +268,8 @@ func printSchedules(w io.Writer, rs []flotilla.ScheduleReport) {
 		if holder == "" {
 			holder = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, describeTiming(r.Schedule), r.Kind,
-			r.Bucket, state, human(r.NextFireAt), human(r.LastFireAt), holder, r.CatchUp, dash(r.Waiting))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(r.Name), cell(describeTiming(r.Schedule)),
+			cell(r.Kind), r.Bucket, state, human(r.NextFireAt), human(r.LastFireAt), cell(holder), r.CatchUp, dash(cell(r.Waiting)))
 	}
 	_ = tw.Flush()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,15 +49,18 @@ func submitCommand() *cli.Command {
 		Name:      "submit",
 		Usage:     "submit a task; prints its id",
 		ArgsUsage: " ",
+		Description: "Every value is checked before anything connects; a refused task writes nothing.\n\n" +
+			stockKindsHelp(),
 		Flags: commonFlags(
 			&cli.StringFlag{Name: "kind", Usage: "the task's kind (required)"},
 			&cli.StringFlag{Name: "key", Usage: "routes the task to its bucket"},
-			&cli.StringFlag{Name: "payload", Usage: "JSON given to the handler"},
+			&cli.StringFlag{Name: "payload", Usage: "JSON given to the handler; @FILE reads it from a file, - from standard input"},
 			&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
 			&cli.DurationFlag{Name: "delay", Usage: "run no sooner than this from now"},
 			&cli.StringFlag{Name: "run-at", Usage: "run no sooner than this RFC 3339 time"},
-			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts before it fails (default %d)", store.DefaultMaxAttempts)},
-			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout"},
+			&cli.IntFlag{Name: "max-attempts", Usage: fmt.Sprintf("attempts before it fails, 1-%d", store.MaxMaxAttempts),
+				DefaultText: strconv.Itoa(store.DefaultMaxAttempts)},
+			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout, in whole milliseconds", DefaultText: "none"},
 			&cli.StringFlag{Name: "unique-key", Usage: "refuse the task while another unfinished task has this key"},
 			&cli.BoolFlag{Name: "allow-unowned", Usage: "accept a task whose bucket no live node holds"},
 			&cli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a task whose kind its bucket's holder does not run"},
@@ -97,7 +99,9 @@ func submitCommand() *cli.Command {
 	}
 }
 
-// taskRequest validates submit's flags before anything connects.
+// taskRequest validates submit's flags before anything connects: each
+// flag as the user typed it, then the whole as every store would
+// (store.CheckNewTasks), and the payload as a stock kind would use it.
 func taskRequest(c *cli.Context) (flotilla.TaskRequest, error) {
 	r := flotilla.TaskRequest{
 		Kind: c.String("kind"), Key: c.String("key"), Priority: c.Int("priority"),
@@ -107,32 +111,41 @@ func taskRequest(c *cli.Context) (flotilla.TaskRequest, error) {
 	if r.Kind == "" {
 		return r, invalid(errors.New("--kind is required (e.g. --kind noop)"))
 	}
-	if p := c.String("payload"); p != "" {
-		if !json.Valid([]byte(p)) {
-			var v any
-			err := json.Unmarshal([]byte(p), &v)
-			return r, invalid(fmt.Errorf("--payload is not valid JSON (%v): %q", err, p))
+	for _, name := range []string{"kind", "key", "unique-key"} {
+		if err := checkNameFlag(c, name, false); err != nil {
+			return r, err
 		}
-		r.Payload = json.RawMessage(p)
 	}
-	if at := c.String("run-at"); at != "" {
+	payload, err := readPayload(c)
+	if err != nil {
+		return r, err
+	}
+	r.Payload = payload
+	if err := checkKindPayload(r.Kind, r.Payload); err != nil {
+		return r, err
+	}
+	if at := c.String("run-at"); c.IsSet("run-at") {
 		if c.IsSet("delay") {
 			return r, invalid(errors.New("give --delay or --run-at, not both"))
 		}
-		t, err := time.Parse(time.RFC3339Nano, at)
-		if err != nil {
-			return r, invalid(fmt.Errorf("--run-at %q is not an RFC 3339 time like 2026-12-01T09:00:00Z", at))
+		if r.RunAt, err = checkRunAt(at); err != nil {
+			return r, err
 		}
-		r.RunAt = t
 	}
-	if r.Delay < 0 {
-		return r, invalid(fmt.Errorf("--delay %v is negative", r.Delay))
+	if err := checkMaxAttempts(c); err != nil {
+		return r, err
 	}
-	if r.MaxAttempts < 0 {
-		return r, invalid(fmt.Errorf("--max-attempts %d is negative", r.MaxAttempts))
+	if err := checkDurationFlag(c, "delay", false); err != nil {
+		return r, err
 	}
-	if r.Timeout < 0 {
-		return r, invalid(fmt.Errorf("--timeout %v is negative", r.Timeout))
+	if r.Priority < store.MinPriority || r.Priority > store.MaxPriority {
+		return r, invalid(fmt.Errorf("--priority %d is out of range: give %d to %d", r.Priority, store.MinPriority, store.MaxPriority))
+	}
+	if err := store.CheckTimeout(r.Timeout); err != nil {
+		return r, invalid(fmt.Errorf("--%w", err))
+	}
+	if err := store.CheckNewTasks([]store.NewTask{r.NewTask(0)}, 0); err != nil {
+		return r, invalid(err)
 	}
 	return r, nil
 }
@@ -140,7 +153,7 @@ func taskRequest(c *cli.Context) (flotilla.TaskRequest, error) {
 func getCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "get",
-		Usage:     "show a task and its audit trail",
+		Usage:     "show a task, why it waits, and its audit trail",
 		ArgsUsage: "ID",
 		Flags:     commonFlags(jsonFlag),
 		Action: func(c *cli.Context) error {
@@ -151,9 +164,9 @@ func getCommand() *cli.Command {
 			if len(args) != 1 {
 				return invalid(fmt.Errorf("get takes one task ID, got %d arguments", len(args)))
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return invalid(fmt.Errorf("task ID %q is not a positive integer", args[0]))
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
 			}
 			client, err := connect(c)
 			if err != nil {
@@ -167,10 +180,14 @@ func getCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Bool(jsonFlag.Name) {
-				return printJSON(c.App.Writer, reportJSON(r))
+			now, err := client.Store().Now(c.Context)
+			if err != nil {
+				return err
 			}
-			printReport(c.App.Writer, r)
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, reportJSON(r, now))
+			}
+			printReport(c.App.Writer, r, now)
 			return nil
 		},
 	}
@@ -187,8 +204,9 @@ func listCommand() *cli.Command {
 			&cli.StringFlag{Name: "kind", Usage: "only tasks of this kind"},
 			&cli.StringFlag{Name: "key", Usage: "only tasks with this key"},
 			&cli.StringFlag{Name: "schedule", Usage: "only tasks fired by this schedule"},
+			&cli.StringFlag{Name: "node", Usage: "only tasks whose last attempt ran on this node"},
 			&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (1-10000)"},
-			&cli.Int64Flag{Name: "before", Usage: "only ids below this (paging)"},
+			&cli.Int64Flag{Name: "before", Usage: "only ids below this (paging)", DefaultText: "none"},
 			jsonFlag,
 		),
 		Action: func(c *cli.Context) error {
@@ -200,10 +218,18 @@ func listCommand() *cli.Command {
 			if f.Limit < 1 || f.Limit > 10000 {
 				return invalid(fmt.Errorf("--limit %d is out of range: give 1 to 10000", f.Limit))
 			}
+			if c.IsSet("before") && f.BeforeID < 1 {
+				return invalid(fmt.Errorf("--before %d is not a task ID: give a positive integer", f.BeforeID))
+			}
+			for _, name := range []string{"kind", "key", "schedule", "node"} {
+				if err := checkNameFlag(c, name, false); err != nil {
+					return err
+				}
+			}
 			for _, s := range c.StringSlice("status") {
 				st, err := task.ParseStatus(s)
 				if err != nil {
-					return invalid(err)
+					return invalid(fmt.Errorf("--status %s: %w", store.Shorten(s, 40), err))
 				}
 				f.Statuses = append(f.Statuses, st)
 			}
@@ -224,7 +250,7 @@ func listCommand() *cli.Command {
 					return invalid(fmt.Errorf("invalid --bucket: %w", err))
 				}
 			}
-			ts, err := client.List(c.Context, f)
+			ts, err := listTasks(c, client, f, c.String("node"))
 			if err != nil {
 				return err
 			}
@@ -241,19 +267,147 @@ func listCommand() *cli.Command {
 	}
 }
 
-func bucketsCommand() *cli.Command {
-	return showCommand("buckets", "show every bucket: holder, epoch, expiry, standby nodes, backlog",
-		(*flotilla.Client).Buckets,
-		func(b flotilla.BucketReport) any {
-			return bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Epoch: b.Epoch, ExpiresAt: jsonTime(b.ExpiresAt),
-				Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
-		},
-		printBuckets)
+// listTasks lists the tasks f selects, only those whose last attempt ran
+// on node when node is given. The store filters by node no more than by
+// any other column it does not index, so the pages are read here, newest
+// first, until f.Limit tasks match or none is left.
+func listTasks(c *cli.Context, client *flotilla.Client, f store.TaskFilter, node string) ([]*task.Task, error) {
+	if node == "" {
+		return client.List(c.Context, f)
+	}
+	limit := f.Limit
+	f.Limit = 1000
+	var out []*task.Task
+	for {
+		page, err := client.List(c.Context, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range page {
+			if t.Node == node {
+				out = append(out, t)
+				if len(out) == limit {
+					return out, nil
+				}
+			}
+		}
+		if len(page) < f.Limit {
+			return out, nil
+		}
+		f.BeforeID = page[len(page)-1].ID
+	}
 }
 
+func bucketsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "buckets",
+		Usage:     "show every bucket: holder, epoch, expiry, standby nodes, backlog",
+		ArgsUsage: " ",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "held-by", Usage: "only the buckets this node holds"},
+			&cli.BoolFlag{Name: "unheld", Usage: "only the buckets no live node holds"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c, ""); err != nil {
+				return err
+			}
+			if err := checkNameFlag(c, "held-by", false); err != nil {
+				return err
+			}
+			if c.IsSet("held-by") && c.Bool("unheld") {
+				return invalid(errors.New("give --held-by or --unheld, not both"))
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			all, err := client.Buckets(c.Context)
+			if err != nil {
+				return err
+			}
+			bs := make([]flotilla.BucketReport, 0, len(all))
+			for _, b := range all {
+				switch {
+				case c.IsSet("held-by") && b.Holder != c.String("held-by"):
+				case c.Bool("unheld") && b.Holder != "":
+				default:
+					bs = append(bs, b)
+				}
+			}
+			if c.Bool(jsonFlag.Name) {
+				out := make([]bucketJSON, len(bs))
+				for i, b := range bs {
+					out[i] = bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Epoch: b.Epoch, ExpiresAt: jsonTime(b.ExpiresAt),
+						Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
+				}
+				return printJSON(c.App.Writer, out)
+			}
+			printBuckets(c.App.Writer, bs)
+			printBucketSummary(c.App.Writer, all)
+			return nil
+		},
+	}
+}
+
+// staleNode is how long a stopped node stays in `worker nodes` without
+// --all.
+const staleNode = 24 * time.Hour
+
 func nodesCommand() *cli.Command {
-	return showCommand("nodes", "list the registered nodes", (*flotilla.Client).Nodes,
-		func(n store.NodeInfo) any { return newNodeJSON(n) }, printNodes)
+	return &cli.Command{
+		Name:      "nodes",
+		Usage:     "list the registered nodes, with the buckets each declares and holds",
+		ArgsUsage: " ",
+		Flags: commonFlags(
+			&cli.BoolFlag{Name: "all", Usage: "also show nodes stopped more than a day ago"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c, ""); err != nil {
+				return err
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			ns, err := client.Nodes(c.Context)
+			if err != nil {
+				return err
+			}
+			leases, err := client.Store().ListBuckets(c.Context)
+			if err != nil {
+				return err
+			}
+			now, err := client.Store().Now(c.Context)
+			if err != nil {
+				return err
+			}
+			held := heldBy(leases, now)
+			shown, hidden := make([]nodeView, 0, len(ns)), 0
+			for _, n := range ns {
+				if !c.Bool("all") && !n.StoppedAt.IsZero() && now.Sub(n.StoppedAt) > staleNode {
+					hidden++
+					continue
+				}
+				shown = append(shown, nodeView{NodeInfo: n, Held: held[n.Incarnation]})
+			}
+			if c.Bool(jsonFlag.Name) {
+				out := make([]nodeJSON, len(shown))
+				for i, n := range shown {
+					out[i] = newNodeJSON(n)
+				}
+				return printJSON(c.App.Writer, out)
+			}
+			printNodes(c.App.Writer, shown)
+			if hidden > 0 {
+				fmt.Fprintf(c.App.Writer, "(%d nodes stopped more than a day ago not shown: --all shows them)\n", hidden)
+			}
+			return nil
+		},
+	}
 }
 
 // showCommand is a read-only command without arguments: it reads a list

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -67,9 +71,9 @@ func newTaskJSON(t *task.Task) taskJSON {
 	}
 }
 
-func reportJSON(r *flotilla.TaskReport) taskJSON {
+func reportJSON(r *flotilla.TaskReport, now time.Time) taskJSON {
 	v := newTaskJSON(r.Task)
-	v.Waiting = r.Waiting
+	v.Waiting = waitingFor(r, now)
 	v.Events = make([]eventJSON, len(r.Events))
 	for i, e := range r.Events {
 		v.Events[i] = eventJSON{Seq: e.Seq, From: e.From, To: e.To, At: jsonTime(e.At), Node: e.Node,
@@ -78,34 +82,63 @@ func reportJSON(r *flotilla.TaskReport) taskJSON {
 	return v
 }
 
-func printReport(w io.Writer, r *flotilla.TaskReport) {
+// waitingFor says why a task that could run is not running: its delay or
+// retry time, a pause, and what the fleet lacks to serve it (the client's
+// Waiting: no holder, or a holder that does not run its kind).
+func waitingFor(r *flotilla.TaskReport, now time.Time) string {
+	t := r.Task
+	var why []string
+	switch {
+	case t.Status == task.Paused:
+		why = append(why, "paused: `worker resume` queues it again")
+	case t.Status == task.Retrying && t.RunAt.After(now):
+		why = append(why, "retrying at "+human(t.RunAt))
+	case t.Status == task.Scheduled && t.RunAt.After(now):
+		why = append(why, "delayed until "+human(t.RunAt))
+	}
+	if r.Waiting != "" && (t.Status.Claimable() || t.Status == task.Paused) {
+		why = append(why, r.Waiting)
+	}
+	return strings.Join(why, "; ")
+}
+
+func printReport(w io.Writer, r *flotilla.TaskReport, now time.Time) {
 	t := r.Task
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("id", t.ID)
-	row("kind", t.Kind)
-	row("key", t.Key)
+	row("kind", wide(t.Kind))
+	row("key", dash(wide(t.Key)))
 	row("bucket", t.Bucket)
 	row("status", t.Status)
-	if r.Waiting != "" {
-		row("waiting", r.Waiting)
+	if why := waitingFor(r, now); why != "" {
+		row("waiting", wide(why))
 	}
 	row("attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts))
 	row("priority", t.Priority)
 	if t.Node != "" {
-		row("node", fmt.Sprintf("%s (epoch %d)", t.Node, t.Epoch))
+		row("node", fmt.Sprintf("%s (epoch %d)", wide(t.Node), t.Epoch))
 	}
-	row("payload", string(rawOrNull(t.Payload)))
+	if t.UniqueKey != "" {
+		row("unique key", wide(t.UniqueKey))
+	}
+	row("payload", wide(string(rawOrNull(t.Payload))))
 	if len(t.Result) > 0 {
-		row("result", string(t.Result))
+		row("result", wide(string(t.Result)))
 	}
 	if t.Error != "" {
-		row("error", firstLine(t.Error))
+		row("error", wide(firstLine(t.Error)))
 	}
 	if t.Schedule != "" {
-		row("schedule", fmt.Sprintf("%s at %s", t.Schedule, human(t.ScheduledFor)))
+		row("schedule", fmt.Sprintf("%s at %s", wide(t.Schedule), human(t.ScheduledFor)))
 	}
 	row("created", human(t.CreatedAt))
+	row("run at", human(t.RunAt))
+	if t.Status == task.Retrying {
+		row("next retry", human(t.RunAt))
+	}
+	row("started", human(t.StartedAt))
+	row("finished", human(t.FinishedAt))
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -115,18 +148,19 @@ func printReport(w io.Writer, r *flotilla.TaskReport) {
 		if from == "" {
 			from = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, human(e.At), from, e.To, dash(e.Node),
-			e.Epoch, e.Attempt, dash(e.Reason), dash(firstLine(e.Error)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.Seq, human(e.At), from, e.To, dash(cell(e.Node)),
+			e.Epoch, e.Attempt, dash(cell(e.Reason)), dash(cell(firstLine(e.Error))))
 	}
 	_ = tw.Flush()
 }
 
 func printTasks(w io.Writer, ts []*task.Task) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tKEY\tBUCKET\tSTATUS\tATTEMPT\tNODE\tCREATED")
+	fmt.Fprintln(tw, "ID\tKIND\tKEY\tBUCKET\tSTATUS\tATTEMPT\tNODE\tCREATED\tFINISHED\tERROR")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", t.ID, t.Kind, dash(t.Key), t.Bucket, t.Status,
-			t.Attempt, t.MaxAttempts, dash(t.Node), human(t.CreatedAt))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, cell(t.Kind), dash(cell(t.Key)), t.Bucket,
+			t.Status, t.Attempt, t.MaxAttempts, dash(cell(t.Node)), human(t.CreatedAt), human(t.FinishedAt),
+			dash(cell(firstLine(t.Error))))
 	}
 	_ = tw.Flush()
 }
@@ -146,20 +180,63 @@ func printBuckets(w io.Writer, bs []flotilla.BucketReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tHOLDER\tEPOCH\tEXPIRES\tSTANDBY\tQUEUED\tWAITING\tRUNNING")
 	for _, b := range bs {
-		holder := b.Holder
+		holder := cell(b.Holder)
 		if holder == "" {
 			holder = "(none)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%d\n", b.Bucket, holder, b.Epoch, human(b.ExpiresAt),
-			dash(strings.Join(b.Standby, ",")), b.Queued, b.Waiting, b.Running)
+			dash(cell(strings.Join(b.Standby, ","))), b.Queued, b.Waiting, b.Running)
 	}
 	_ = tw.Flush()
+}
+
+// printBucketSummary ends the buckets table with one line for the whole
+// fleet, which is what a fleet of thousands of buckets is read by.
+func printBucketSummary(w io.Writer, bs []flotilla.BucketReport) {
+	holders := map[string]bool{}
+	var unheld []int
+	queued, waiting, running := 0, 0, 0
+	for _, b := range bs {
+		if b.Holder == "" {
+			unheld = append(unheld, b.Bucket)
+		} else {
+			holders[b.Holder] = true
+		}
+		queued, waiting, running = queued+b.Queued, waiting+b.Waiting, running+b.Running
+	}
+	line := fmt.Sprintf("%d buckets: %d held by %d nodes, %d unheld", len(bs), len(bs)-len(unheld), len(holders), len(unheld))
+	if len(unheld) > 0 {
+		line += " (" + cell(bucket.Of(unheld...).String()) + ")"
+	}
+	fmt.Fprintf(w, "%s; %d queued, %d waiting, %d running\n", line, queued, waiting, running)
+}
+
+// nodeView is a node with the buckets it holds now.
+type nodeView struct {
+	store.NodeInfo
+	Held bucket.Set
+}
+
+// heldBy maps each incarnation to the buckets it holds, unexpired.
+func heldBy(leases []store.BucketLease, now time.Time) map[string]bucket.Set {
+	lists := map[string][]int{}
+	for _, l := range leases {
+		if l.Holder != "" && l.ExpiresAt.After(now) {
+			lists[l.Holder] = append(lists[l.Holder], l.Bucket)
+		}
+	}
+	out := make(map[string]bucket.Set, len(lists))
+	for h, bs := range lists {
+		out[h] = bucket.Of(bs...)
+	}
+	return out
 }
 
 type nodeJSON struct {
 	ID          string   `json:"id"`
 	Incarnation string   `json:"incarnation"`
 	Buckets     string   `json:"buckets"`
+	Held        string   `json:"held"`
 	Kinds       []string `json:"kinds"`
 	Version     string   `json:"version"`
 	Alive       bool     `json:"alive"`
@@ -168,19 +245,19 @@ type nodeJSON struct {
 	StoppedAt   any      `json:"stopped_at"`
 }
 
-func newNodeJSON(n store.NodeInfo) nodeJSON {
+func newNodeJSON(n nodeView) nodeJSON {
 	kinds := n.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return nodeJSON{ID: n.ID, Incarnation: n.Incarnation, Buckets: n.Buckets.String(), Kinds: kinds,
-		Version: n.Version, Alive: n.Alive, StartedAt: jsonTime(n.StartedAt), HeartbeatAt: jsonTime(n.HeartbeatAt),
-		StoppedAt: jsonTime(n.StoppedAt)}
+	return nodeJSON{ID: n.ID, Incarnation: n.Incarnation, Buckets: n.Buckets.String(), Held: n.Held.String(),
+		Kinds: kinds, Version: n.Version, Alive: n.Alive, StartedAt: jsonTime(n.StartedAt),
+		HeartbeatAt: jsonTime(n.HeartbeatAt), StoppedAt: jsonTime(n.StoppedAt)}
 }
 
-func printNodes(w io.Writer, ns []store.NodeInfo) {
+func printNodes(w io.Writer, ns []nodeView) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tBUCKETS\tKINDS\tVERSION\tSTARTED\tHEARTBEAT")
+	fmt.Fprintln(tw, "NODE\tSTATE\tDECLARED\tHELD\tKINDS\tVERSION\tSTARTED\tHEARTBEAT")
 	for _, n := range ns {
 		state := "alive"
 		switch {
@@ -189,8 +266,9 @@ func printNodes(w io.Writer, ns []store.NodeInfo) {
 		case !n.Alive:
 			state = "dead"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, state, n.Buckets.String(), strings.Join(n.Kinds, ","),
-			dash(n.Version), human(n.StartedAt), human(n.HeartbeatAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(n.ID), state, cell(n.Buckets.String()),
+			dash(cell(n.Held.String())), cell(strings.Join(n.Kinds, ",")), dash(cell(n.Version)),
+			human(n.StartedAt), human(n.HeartbeatAt))
 	}
 	_ = tw.Flush()
 }
@@ -212,4 +290,42 @@ func dash(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// Table cells are at most cellWidth characters; get's rows, one value to a
+// line, at most wideWidth.
+const (
+	cellWidth = 40
+	wideWidth = 200
+)
+
+// cell makes a value safe and short enough for a table: control
+// characters and bytes that are not UTF-8 are escaped (a tab or an escape
+// sequence would break the table or the terminal), and a long value keeps
+// its start and ends with an ellipsis.
+func cell(s string) string { return shorten(s, cellWidth) }
+
+// wide is cell for a value on a line of its own.
+func wide(s string) string { return shorten(s, wideWidth) }
+
+func shorten(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, r := range s {
+		if n == width {
+			b.WriteString("…")
+			break
+		}
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+		n++
+	}
+	return b.String()
 }

@@ -212,7 +212,7 @@ func (s *Store) FireSchedules(ctx context.Context, owner string, reqs []store.Fi
 		if !r.Fire {
 			continue
 		}
-		if err := db.checkNewTask(firedTask(r)); err != nil {
+		if err := store.CheckNewTasks([]store.NewTask{firedTask(r)}, db.fleet.NumBuckets); err != nil {
 			return nil, fmt.Errorf("fire schedules: schedule %q: %w", r.Name, err)
 		}
 	}

@@ -60,26 +60,21 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 	return out, nil
 }
 
-// checkNewTasks refuses the whole batch if one task is invalid or collides
-// with a unique constraint, either with stored tasks or within the batch.
-// The error names the task by its index in the batch.
+// checkNewTasks refuses the whole batch if one task is invalid
+// (store.CheckNewTasks) or collides with a unique constraint, either with
+// stored tasks or within the batch. The error names the task by its index in
+// the batch.
 func (db *database) checkNewTasks(tasks []store.NewTask) error {
-	uniqueInBatch := map[string]int{}
+	if err := store.CheckNewTasks(tasks, db.fleet.NumBuckets); err != nil {
+		return err
+	}
 	ticksInBatch := map[fireKey]int{}
 	for i, nt := range tasks {
-		if err := db.checkNewTask(nt); err != nil {
-			return fmt.Errorf("task at index %d: %w", i, err)
-		}
 		if nt.UniqueKey != "" {
 			if id, taken := db.uniqueKeys[nt.UniqueKey]; taken {
 				return fmt.Errorf("task at index %d: %w: unique key %q already names unfinished task %d",
 					i, store.ErrDuplicate, nt.UniqueKey, id)
 			}
-			if j, taken := uniqueInBatch[nt.UniqueKey]; taken {
-				return fmt.Errorf("task at index %d: %w: unique key %q is also used by the task at index %d",
-					i, store.ErrDuplicate, nt.UniqueKey, j)
-			}
-			uniqueInBatch[nt.UniqueKey] = i
 		}
 		if nt.Schedule != "" {
 			tick := fireKey{nt.Schedule, dbTime(nt.ScheduledFor)}
@@ -93,26 +88,6 @@ func (db *database) checkNewTasks(tasks []store.NewTask) error {
 			}
 			ticksInBatch[tick] = i
 		}
-	}
-	return nil
-}
-
-// checkNewTask refuses what no store could insert.
-func (db *database) checkNewTask(nt store.NewTask) error {
-	switch {
-	case nt.Kind == "":
-		return fmt.Errorf("%w: a task needs a kind", store.ErrInvalid)
-	case nt.MaxAttempts < 0:
-		return fmt.Errorf("%w: max attempts %d is negative", store.ErrInvalid, nt.MaxAttempts)
-	}
-	if err := store.CheckTimeout(nt.Timeout); err != nil {
-		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
-	}
-	if err := db.checkBucket(nt.Bucket); err != nil {
-		return err
-	}
-	if err := checkJSON("payload", nt.Payload); err != nil {
-		return err
 	}
 	return nil
 }

@@ -190,7 +190,7 @@ func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
 // row another transaction holds is skipped, not waited for, and answered
 // busy (it exists, but was not locked). Each input is answered: renewed,
 // busy, or neither (lost).
-const renewSQL = `
+var renewSQL = `
 WITH r AS (
     SELECT * FROM unnest($2::bigint[], $3::bigint[]) AS r(id, claim_seq)
 ), locked AS (
@@ -205,12 +205,7 @@ WITH r AS (
 ), live AS (
     SELECT l.id
     FROM locked l
-    WHERE l.claim_seq = l.want_seq
-      AND l.owner = $1::text
-      AND l.status IN ('running', 'stopping', 'pausing')
-      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases bl
-                  WHERE bl.bucket = l.bucket AND bl.owner = $1::text AND bl.epoch = l.epoch
-                    AND bl.expires_at > statement_timestamp())
+    WHERE ` + attemptIsCurrentSQL("l", "l.want_seq", "$1::text", "bl.expires_at > statement_timestamp()") + `
 ), renewed AS (
     UPDATE flotilla_tasks t
     SET lease_expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond',
@@ -296,11 +291,7 @@ WITH b AS (
         LIMIT 1 -- keeps the conditions below out of this scan
         FOR UPDATE
     ) t
-    WHERE t.claim_seq = b.claim_seq
-      AND t.owner = $1::text
-      AND t.status IN ` + activeStatusesSQL + `
-      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases l
-                  WHERE l.bucket = t.bucket AND l.owner = $1::text AND l.epoch = t.epoch)
+    WHERE ` + attemptIsCurrentSQL("t", "b.claim_seq", "$1::text", "") + `
 ), moved AS (
     UPDATE flotilla_tasks t SET ` + transitionSetSQL + `,
         result = coalesce(c.result::jsonb, t.result),
@@ -458,7 +449,7 @@ func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransiti
 // saveProgressSQL is fenced like advanceSQL, and answers whether the task
 // exists and whether the write applied. It changes no indexed column, so it
 // can be a HOT update.
-const saveProgressSQL = `
+var saveProgressSQL = `
 WITH t AS (
     SELECT id, status, claim_seq, owner, bucket, epoch
     FROM flotilla_tasks WHERE id = $2
@@ -468,10 +459,7 @@ WITH t AS (
     UPDATE flotilla_tasks u
     SET progress = coalesce($4::jsonb, 'null'), updated_at = statement_timestamp()
     FROM t
-    WHERE u.id = t.id AND t.claim_seq = $3 AND t.owner = $1::text
-      AND t.status IN ('running', 'stopping', 'pausing')
-      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases l
-                  WHERE l.bucket = t.bucket AND l.owner = $1::text AND l.epoch = t.epoch)
+    WHERE u.id = t.id AND ` + attemptIsCurrentSQL("t", "$3", "$1::text", "") + `
     RETURNING u.id
 )
 SELECT EXISTS (SELECT 1 FROM t), EXISTS (SELECT 1 FROM saved)`

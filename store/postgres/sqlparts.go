@@ -184,3 +184,24 @@ func ackLeftSQL(src string) string {
       AND cmd.acked_at IS NULL
 )`
 }
+
+// attemptIsCurrentSQL is the fence of every write about an active attempt,
+// written once: the task row t (locked by the statement) is still active
+// under the wanted claim_seq and owner, and owner still holds the task's
+// bucket under the epoch of the claim. An expired bucket lease still passes
+// (nobody can have taken the bucket, and so rescued the task, without
+// raising the epoch) unless leaseCond asks more of the lease row bl, as a
+// renewal does. The arguments are SQL expressions built from constants,
+// never input.
+func attemptIsCurrentSQL(t, wantSeq, owner, leaseCond string) string {
+	cond := t + `.claim_seq = ` + wantSeq + `
+      AND ` + t + `.owner = ` + owner + `
+      AND ` + t + `.status IN ` + activeStatusesSQL + `
+      AND EXISTS (SELECT 1 FROM flotilla_bucket_leases bl
+                  WHERE bl.bucket = ` + t + `.bucket AND bl.owner = ` + owner + ` AND bl.epoch = ` + t + `.epoch`
+	if leaseCond != "" {
+		cond += `
+                    AND ` + leaseCond
+	}
+	return cond + `)`
+}

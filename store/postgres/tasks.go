@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -106,41 +105,6 @@ func (b *taskBatch) args() []any {
 	}
 }
 
-// validateTasks refuses a batch that no store could carry out, naming the
-// first bad task, and normalises MaxAttempts.
-func validateTasks(tasks []store.NewTask, numBuckets int) error {
-	seen := make(map[string]int)
-	for i, nt := range tasks {
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("task %d of %d: %s: %w", i, len(tasks), fmt.Sprintf(format, args...), store.ErrInvalid)
-		}
-		switch {
-		case nt.Kind == "":
-			return bad("no kind")
-		case !validJSON(nt.Payload):
-			return bad("payload is not valid JSON")
-		case nt.Bucket < 0 || (numBuckets > 0 && nt.Bucket >= numBuckets):
-			return bad("bucket %d does not exist: this fleet has buckets 0-%d", nt.Bucket, numBuckets-1)
-		case nt.MaxAttempts < 0:
-			return bad("max attempts %d is negative", nt.MaxAttempts)
-		case nt.Priority < math.MinInt32 || nt.Priority > math.MaxInt32:
-			return bad("priority %d is out of range", nt.Priority)
-		case nt.ScheduledFor.IsZero() != (nt.Schedule == ""):
-			return bad("schedule and scheduled-for go together")
-		}
-		if err := store.CheckTimeout(nt.Timeout); err != nil {
-			return bad("%v", err)
-		}
-		if nt.UniqueKey != "" {
-			if j, dup := seen[nt.UniqueKey]; dup {
-				return fmt.Errorf("tasks %d and %d of the batch share the unique key %q: %w", j, i, nt.UniqueKey, store.ErrDuplicate)
-			}
-			seen[nt.UniqueKey] = i
-		}
-	}
-	return nil
-}
-
 func maxAttemptsOf(nt store.NewTask) int {
 	if nt.MaxAttempts == 0 {
 		return store.DefaultMaxAttempts
@@ -232,7 +196,7 @@ func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {
 	if err != nil {
 		return err
 	}
-	return validateTasks(tasks, n)
+	return store.CheckNewTasks(tasks, n)
 }
 
 // insertTasks creates a batch in one statement (an implicit transaction on

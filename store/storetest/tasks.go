@@ -74,6 +74,12 @@ func testTasks(t *testing.T, h Harness) {
 		cases := map[string]store.NewTask{
 			"payload": {Kind: "noop", Key: "k", Bucket: 1, Payload: json.RawMessage(`{"a":`)},
 			"kind":    {Kind: "", Key: "k", Bucket: 1},
+			// What PostgreSQL itself refuses is refused before it, by every
+			// store alike (store.CheckNewTasks).
+			"key not UTF-8":      {Kind: "noop", Key: "a\xff", Bucket: 1},
+			"payload NUL escape": {Kind: "noop", Key: "k", Bucket: 1, Payload: json.RawMessage(`{"a":"\u0000"}`)},
+			"long unique key":    {Kind: "noop", Key: "k", Bucket: 1, UniqueKey: strings.Repeat("u", 4000)},
+			"negative delay":     {Kind: "noop", Key: "k", Bucket: 1, Delay: -time.Second},
 		}
 		for name, bad := range cases {
 			_, err := b.s.CreateTasks(b.ctx, []store.NewTask{{Kind: "noop", Key: "ok", Bucket: 1}, bad})

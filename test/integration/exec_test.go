@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,7 +63,9 @@ func TestStoppingAnExecTaskLeavesNoProcess(t *testing.T) {
 }
 
 // TestExecIsRefusedWithoutAnAllowList: a node started without --allow-exec
-// fails exec tasks at once, naming why, and runs nothing.
+// does not run the exec kind, so an exec task for its buckets is refused at
+// submit (exit 3, naming the kinds it runs); forced in with
+// --allow-unknown-kind, it waits, and nothing runs.
 func TestExecIsRefusedWithoutAnAllowList(t *testing.T) {
 	needsIntegration(t)
 	f := newFleet(t)
@@ -70,10 +73,16 @@ func TestExecIsRefusedWithoutAnAllowList(t *testing.T) {
 	f.waitUntilHeld("plain", mustSet(t, "0-63"), startWithin)
 	marker := filepath.Join(t.TempDir(), "ran")
 	payload, _ := json.Marshal(map[string]any{"argv": []string{"touch", marker}})
-	id := f.submit("--kind", "exec", "--key", "exec-2", "--payload", string(payload), "--max-attempts", "1")
-	r := f.waitForTask(id, "failed", func(tk *task.Task) bool { return tk.Status.Terminal() })
-	if r.Task.Status != task.Failed || !strings.Contains(r.Task.Error, "exec is not allowed on this node") {
-		t.Errorf("exec on a node without --allow-exec: %s", describeTask(r))
+	_, stderr, code := f.cli("submit", "--kind", "exec", "--key", "exec-2", "--payload", string(payload), "--max-attempts", "1")
+	if code != 3 || !strings.Contains(stderr, `does not run kind "exec"`) {
+		t.Errorf("exec on a node without --allow-exec: exit %d, want 3 naming the kind; stderr: %s", code, stderr)
+	}
+	if n, _ := f.node("plain"); slices.Contains(n.Kinds, "exec") {
+		t.Errorf("node plain advertises the exec kind without --allow-exec: %v", n.Kinds)
+	}
+	id := f.submit("--kind", "exec", "--key", "exec-2", "--payload", string(payload), "--max-attempts", "1", "--allow-unknown-kind")
+	if r := f.mustGet(id); r.Task.Status != task.Queued || !strings.Contains(r.Waiting, `does not run kind "exec"`) {
+		t.Errorf("a forced exec task: %s, waiting %q; want queued, waiting for a node that runs exec", describeTask(r), r.Waiting)
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused command ran: %v", err)
