@@ -43,7 +43,7 @@ type Metrics interface {
 // Finished is one outcome the completer wrote.
 type Finished struct {
 	Kind string
-	From task.Status // always running: the completer writes a handler's return
+	From task.Status // running, or stopping or pausing when a command reached it
 	To   task.Status // the state the store put the task in
 	// Ran is the attempt's run time, from its start in the database to
 	// the handler's return on this node.
@@ -77,6 +77,14 @@ func (n *Node) finished(batch []completion, outcomes []store.Outcome) []Finished
 			break
 		}
 		f := Finished{Kind: cp.a.kind, From: task.Running, To: outcomes[i].Status, Fenced: outcomes[i].Err != nil}
+		cp.a.mu.Lock()
+		if cp.a.stopCommand != 0 {
+			f.From = task.Stopping
+		}
+		cp.a.mu.Unlock()
+		if f.From == task.Running && cp.a.pauseRequested.Load() {
+			f.From = task.Pausing
+		}
 		if !cp.a.started.IsZero() {
 			f.Ran = now.Sub(cp.a.started)
 		}
