@@ -77,6 +77,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			bucketOfCommand(),
 			scheduleCommand(),
 			benchCommand(),
+			uiCommand(),
 		},
 	}
 	// A bad flag value is invalid input (exit 2) with a one-line message,

@@ -44,7 +44,9 @@ func runCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "allow-exec-env", Usage: "let an exec task's payload set this environment variable (repeatable); without it a payload may set none. " +
 				"Variables that make programs run other code (LD_*, BASH_*, PATH, PYTHON*, GIT_*, ...) are refused: see docs/exec.md"},
 			&cli.StringFlag{Name: "exec-user", Usage: "run exec children as this user (name or uid), with its primary group and no supplementary group; needs the node to run as root"},
-			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
+			&cli.StringFlag{Name: "http", Usage: "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 127.0.0.1:8080"},
+			&cli.BoolFlag{Name: "ui", Usage: "also serve the dashboard on --http (read-only unless --ui-token-file or $" + uiTokenEnv + ")"},
+			&cli.StringFlag{Name: "ui-token-file", Usage: "file holding the token that allows the dashboard's actions (default: $" + uiTokenEnv + ")"},
 		),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c, "did you mean --buckets?"); err != nil {
@@ -107,7 +109,14 @@ func runCommand() *cli.Command {
 				log.Warn("the database password was given on the command line, which every user of this host can read " +
 					"(ps, /proc/<pid>/cmdline): give the connection string through " + dsnEnv + " or --dsn-file instead")
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log)
+			if c.Bool("ui") && c.String("http") == "" {
+				return invalid(errors.New("--ui serves the dashboard on --http: give --http too, e.g. --http 127.0.0.1:8080"))
+			}
+			uiTok, err := uiToken(c, "ui-token-file")
+			if err != nil {
+				return err
+			}
+			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log, c.Bool("ui"), uiTok)
 		},
 	}
 }
@@ -135,7 +144,7 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
+func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger, ui bool, uiToken string) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
 	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
@@ -151,10 +160,16 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
 		return startError(err)
 	}
+	m, err := nodeMetrics(s, log)
+	if err != nil {
+		return err
+	}
+	cfg.Metrics = m
 	n, err := node.New(s, cfg)
 	if err != nil {
 		return invalid(err)
 	}
+	m.Watch(n)
 	kinds.Register(n)
 	kinds.RegisterExec(n, exec)
 
@@ -167,14 +182,24 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", httpAddr, err)
 		}
-		srv := &http.Server{Handler: node.HealthHandler(n), ReadHeaderTimeout: 5 * time.Second}
+		handler, closeUI, err := nodeHTTP(ctx, s, n, ui, uiToken, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer closeUI()
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer func() { _ = srv.Close() }()
-		log.Info("serving health checks", zap.String("addr", ln.Addr().String()))
+		log.Info("serving health checks and metrics", zap.String("addr", ln.Addr().String()), zap.Bool("dashboard", ui))
 	}
 	if err := n.Start(ctx); err != nil {
 		return startError(err)
 	}
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	defer m.Stop()
 	<-ctx.Done()
 	log.Info("shutting down", zap.String("node", n.ID()))
 	return n.Shutdown(context.Background())
