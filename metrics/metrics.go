@@ -167,6 +167,19 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Series that exist from the start, at zero, so that rate() and the
+	// alert rules see them before the first event.
+	for _, lease := range []string{"bucket", "task"} {
+		m.renewalFailures.WithLabelValues(lease)
+	}
+	for _, o := range []reconcile.Outcome{reconcile.OutcomeRetried, reconcile.OutcomeLost, reconcile.OutcomeStopped,
+		reconcile.OutcomePaused, reconcile.OutcomeConflict, reconcile.OutcomeFenced, reconcile.OutcomeRefused,
+		reconcile.OutcomeBusy, reconcile.OutcomeInUse, reconcile.OutcomeFailed} {
+		m.rescues.WithLabelValues(string(o))
+	}
+	for _, cause := range []string{"taken", "expired"} {
+		m.losses.WithLabelValues(cause)
+	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return m, nil
 }

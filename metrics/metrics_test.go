@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +324,29 @@ func TestOptionsAreChecked(t *testing.T) {
 	_, err := metrics.New(nil, metrics.Options{Interval: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "Interval") {
 		t.Errorf("a negative interval: %v, want an error naming Interval", err)
+	}
+}
+
+// TestTheAlertRulesNameExportedMetrics keeps docs/alerts.rules.yml in step
+// with what a node exports: a renamed metric would leave an alert that can
+// never fire.
+func TestTheAlertRulesNameExportedMetrics(t *testing.T) {
+	b := setup(t)
+	if err := b.m.Sample(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	fams := b.scrape(t)
+	rules, err := os.ReadFile("../docs/alerts.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\bflotilla_[a-z_]+\b`).FindAllString(string(rules), -1)
+	if len(names) == 0 {
+		t.Fatal("the rules name no flotilla metric")
+	}
+	for _, name := range names {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("docs/alerts.rules.yml names %s, which a node does not export", name)
+		}
 	}
 }

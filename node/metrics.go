@@ -94,9 +94,15 @@ func (n *Node) finished(batch []completion, outcomes []store.Outcome) []Finished
 }
 
 // ActiveByKind counts the attempts this node runs now, by kind: handlers
-// running, and those whose outcome waits to be written.
+// running, and those whose outcome waits to be written. Every kind the node
+// serves is present, with 0 when none runs.
 func (n *Node) ActiveByKind() map[string]int {
 	out := map[string]int{}
+	n.mu.Lock()
+	for _, k := range n.kinds {
+		out[k] = 0
+	}
+	n.mu.Unlock()
 	for _, a := range n.attempts.all() {
 		if _, abandoned := a.state(); abandoned == nil {
 			out[a.kind]++
