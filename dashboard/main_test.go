@@ -3,7 +3,9 @@ package dashboard
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The handler tests use the memory store; the page benchmark uses
+// PostgreSQL, through testdb, which also checks for leaked goroutines.
+func TestMain(m *testing.M) { testdb.VerifyNoLeaks(m) }

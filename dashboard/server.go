@@ -71,6 +71,16 @@ type Server struct {
 	mux    *http.ServeMux
 	keys   sessionKeys
 
+	// cache shares the fleet's view and the backlog among the pages and
+	// streams of one LiveInterval.
+	cache struct {
+		mu        sync.Mutex
+		fleet     fleetView
+		fleetAt   time.Time
+		backlog   []store.Backlog
+		backlogAt time.Time
+	}
+
 	closeOnce sync.Once
 	closed    chan struct{}
 }

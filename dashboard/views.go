@@ -94,18 +94,80 @@ type nodeRow struct {
 	HeldSet string
 }
 
+// fleet reads the fleet's view, or returns the one read less than
+// LiveInterval ago: every open fleet page asks for it each LiveInterval, and
+// they share one reading.
 func (s *Server) fleet(ctx context.Context) (fleetView, error) {
-	nodes, err := s.client.Nodes(ctx)
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	if !s.cache.fleetAt.IsZero() && time.Since(s.cache.fleetAt) < s.cfg.LiveInterval {
+		return s.cache.fleet, nil
+	}
+	v, err := s.readFleet(ctx)
 	if err != nil {
 		return fleetView{}, err
 	}
-	buckets, err := s.client.Buckets(ctx)
+	s.cache.fleet, s.cache.fleetAt = v, time.Now()
+	return v, nil
+}
+
+// backlog is store.BucketBacklog, shared like the fleet's view: it counts
+// the unfinished tasks on the partial indexes, which grows with the queue.
+func (s *Server) backlog(ctx context.Context) ([]store.Backlog, error) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	return s.backlogLocked(ctx)
+}
+
+func (s *Server) backlogLocked(ctx context.Context) ([]store.Backlog, error) {
+	if !s.cache.backlogAt.IsZero() && time.Since(s.cache.backlogAt) < s.cfg.LiveInterval {
+		return s.cache.backlog, nil
+	}
+	bl, err := s.cfg.Store.BucketBacklog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.backlog, s.cache.backlogAt = bl, time.Now()
+	return bl, nil
+}
+
+// readFleet reads the leases, the nodes and the backlog: what
+// flotilla.Client.Buckets reports, with the shared backlog.
+func (s *Server) readFleet(ctx context.Context) (fleetView, error) {
+	nodes, err := s.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		return fleetView{}, err
+	}
+	leases, err := s.cfg.Store.ListBuckets(ctx)
+	if err != nil {
+		return fleetView{}, err
+	}
+	backlog, err := s.backlogLocked(ctx)
 	if err != nil {
 		return fleetView{}, err
 	}
 	now, err := s.cfg.Store.Now(ctx)
 	if err != nil {
 		return fleetView{}, err
+	}
+	byBucket := map[int]store.Backlog{}
+	for _, b := range backlog {
+		byBucket[b.Bucket] = b
+	}
+	buckets := make([]flotilla.BucketReport, len(leases))
+	for i, l := range leases {
+		r := flotilla.BucketReport{Bucket: l.Bucket, Epoch: l.Epoch}
+		if l.Holder != "" {
+			r.Holder, r.ExpiresAt = l.Node, l.ExpiresAt
+		}
+		for _, n := range nodes {
+			if n.Alive && n.Incarnation != l.Holder && n.Buckets.Contains(l.Bucket) {
+				r.Standby = append(r.Standby, n.ID)
+			}
+		}
+		bl := byBucket[l.Bucket]
+		r.Queued, r.Waiting, r.Running = bl.Queued, bl.Waiting, bl.Active
+		buckets[i] = r
 	}
 	// A node keeps its colour while it is registered: its place among the
 	// registered nodes by id, so that a dead node's buckets change colour
@@ -291,7 +353,7 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 	}
 	// Totals from the partial indexes: the unfinished tasks only, counted
 	// per bucket; finished tasks are never counted.
-	backlog, err := s.cfg.Store.BucketBacklog(ctx)
+	backlog, err := s.backlog(ctx)
 	if err != nil {
 		s.fail(w, r, statusOf(err), err)
 		return
