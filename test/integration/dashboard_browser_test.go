@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,5 +250,64 @@ func TestDashboardInABrowser(t *testing.T) {
 	shots.take(ctx, "fleet-after-kill")
 	if errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatal("the browser ended early")
+	}
+}
+
+var healthAddr = regexp.MustCompile(`serving health checks and metrics\s+\{"addr": "([^"]+)"`)
+
+// TestWorkerRunServesMetricsAndTheDashboard: `worker run --http ADDR --ui`
+// serves the health checks, Prometheus metrics whose figures match the
+// database, and a read-only dashboard, from the node's own process.
+func TestWorkerRunServesMetricsAndTheDashboard(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	p := f.worker("run", "--node-id", "solo", "--http", "127.0.0.1:0", "--ui")
+	f.waitUntilHeld("solo", mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1)), startWithin)
+	var base string
+	if !poll(startWithin, func() bool {
+		if m := healthAddr.FindStringSubmatch(p.output()); m != nil {
+			base = "http://" + m[1]
+		}
+		return base != ""
+	}) {
+		t.Fatalf("worker run did not log its --http address:\n%s", p.output())
+	}
+	id := f.submit("--kind", "noop", "--key", "k")
+	f.waitForTask(id, "succeeded", succeeded)
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), queryTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	eventually(t, taskWithin, "/metrics counts the succeeded task", func() bool {
+		status, body := get("/metrics")
+		return status == http.StatusOK &&
+			strings.Contains(body, `flotilla_transitions_total{from="running",to="succeeded"} 1`) &&
+			strings.Contains(body, fmt.Sprintf("flotilla_buckets_held %d", fleetBuckets))
+	})
+	if status, body := get("/readyz"); status != http.StatusOK {
+		t.Errorf("/readyz: %d %s", status, body)
+	}
+	status, body := get("/fleet")
+	if status != http.StatusOK || !strings.Contains(body, `data-holder="solo"`) || !strings.Contains(body, "read-only") {
+		t.Errorf("/fleet: %d, want the map held by solo, read-only\n%s", status, body)
+	}
+	if status, body := get(fmt.Sprintf("/tasks/%d", id)); status != http.StatusOK || !strings.Contains(body, "succeeded") {
+		t.Errorf("the task's page: %d\n%s", status, body)
 	}
 }
