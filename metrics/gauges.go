@@ -75,6 +75,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 // Start samples the database-backed gauges once, then every Interval, until
 // Stop. It returns once the loop runs.
 func (m *Metrics) Start(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.done != nil {
@@ -104,6 +107,9 @@ func (m *Metrics) Start(ctx context.Context) error {
 // Stop ends the sampling loop and waits for it. Safe to call twice, or
 // without Start.
 func (m *Metrics) Stop() {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	cancel, done := m.cancel, m.done
 	m.mu.Unlock()

@@ -193,7 +193,13 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 // Watch names the node whose in-memory state (buckets held, attempts
 // running) the gauges read at scrape time, and whose held buckets the
 // sampler reads the backlog of.
+//
+// Watch, Start and Stop do nothing on a nil *Metrics, so that a process that
+// exports no metrics needs no branch around them.
 func (m *Metrics) Watch(n *node.Node) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	m.node = n
 	m.mu.Unlock()

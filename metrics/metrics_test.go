@@ -350,3 +350,29 @@ func TestTheAlertRulesNameExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestANilMetricsDoesNothing(t *testing.T) {
+	var m *metrics.Metrics
+	m.Watch(nil)
+	if err := m.Start(context.Background()); err != nil {
+		t.Errorf("Start of a nil *Metrics: %v", err)
+	}
+	m.Stop()
+}
+
+func TestStartSamplesAtOnceAndStopsOnce(t *testing.T) {
+	b := setup(t)
+	if err := b.m.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.m.Stop)
+	eventually(t, "the first sample, taken at Start", func() (bool, string) {
+		_, ok := value(b.scrape(t), "flotilla_sample_age_seconds")
+		return ok, "no sample yet"
+	})
+	if err := b.m.Start(b.ctx); err == nil || !strings.Contains(err.Error(), "started twice") {
+		t.Errorf("a second Start: %v, want an error", err)
+	}
+	b.m.Stop()
+	b.m.Stop()
+}

@@ -160,11 +160,12 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
 		return startError(err)
 	}
-	m, err := nodeMetrics(s, log)
+	m, err := nodeMetrics(s, httpAddr, log)
 	if err != nil {
 		return err
+	} else if m != nil {
+		cfg.Metrics = m
 	}
-	cfg.Metrics = m
 	n, err := node.New(s, cfg)
 	if err != nil {
 		return invalid(err)

@@ -147,8 +147,12 @@ func nodeHTTP(ctx context.Context, s store.Store, n *node.Node, ui bool, token s
 	return mux, d.Close, nil
 }
 
-// nodeMetrics makes the node's Prometheus metrics; Start samples them once
-// the node runs.
-func nodeMetrics(s store.Store, log *zap.Logger) (*metrics.Metrics, error) {
+// nodeMetrics makes the node's Prometheus metrics when --http serves them,
+// and nil otherwise: nobody would read them, and sampling their gauges costs
+// a statement every interval. Start samples them once the node runs.
+func nodeMetrics(s store.Store, httpAddr string, log *zap.Logger) (*metrics.Metrics, error) {
+	if httpAddr == "" {
+		return nil, nil
+	}
 	return metrics.New(s, metrics.Options{Logger: log})
 }
