@@ -150,3 +150,17 @@ func (r *renewer) reportTo() Metrics {
 	}
 	return r.metrics
 }
+
+// running counts the attempts whose handler has not returned: of those a
+// renewal did not renew, the ones whose lease is lost. An attempt whose
+// outcome was written meanwhile is missing from the answer too, but it
+// finished rather than lost its lease.
+func running(byRef map[task.Ref]*attempt) int {
+	n := 0
+	for _, a := range byRef {
+		if done, _ := a.state(); !done {
+			n++
+		}
+	}
+	return n
+}

@@ -117,7 +117,7 @@ func (r *renewer) pass(ctx context.Context) {
 		r.log.Warn("task leases not renewed this period: their rows are locked by another transaction; "+
 			"will retry", zap.Int64s("tasks", ids))
 	}
-	r.reportTo().TaskLeasesRenewed(len(renewal.Renewed), len(renewal.Busy), len(byRef), nil)
+	r.reportTo().TaskLeasesRenewed(len(renewal.Renewed), len(renewal.Busy), running(byRef), nil)
 	for _, a := range byRef {
 		// An attempt settled meanwhile may be missing because its outcome
 		// was written; abandon leaves it alone.
