@@ -27,7 +27,9 @@ type attempt struct {
 	bucket  int
 	epoch   int64
 	number  int // attempt number, counting this one
-	max     int // max attempts
+	kind    string
+	started time.Time // the attempt's start, by the database clock
+	max     int       // max attempts
 	timeout clock.Timer
 
 	ctx    context.Context

@@ -70,6 +70,7 @@ func (n *Node) claimPass(ctx context.Context) {
 			LeaseTTL: n.cfg.TaskLeaseTTL,
 		})
 		cancel()
+		n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
 		if err != nil {
 			n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
 			return

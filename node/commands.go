@@ -128,6 +128,7 @@ func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 		return
 	}
 	n.log.Info("stopping task: cancelling its handler", append(commandFields(a, cmd), zap.String("status", string(o.Status)))...)
+	n.metrics.CommandApplied(cmd.Kind, n.cfg.Clock.Now().Sub(cmd.IssuedAt))
 	a.cancel(ErrStopRequested)
 	a.mu.Lock()
 	if !a.done {
@@ -176,6 +177,7 @@ func (n *Node) applyPause(ctx context.Context, a *attempt, cmd store.Command) {
 		return
 	}
 	a.pauseRequested.Store(true)
+	n.metrics.CommandApplied(cmd.Kind, n.cfg.Clock.Now().Sub(cmd.IssuedAt))
 	n.log.Info("pausing task at its next checkpoint", commandFields(a, cmd)...)
 	n.ack(ctx, a, cmd, store.OutcomePausing)
 }

@@ -142,8 +142,10 @@ func (c *completer) flush(ctx context.Context, batch []completion) bool {
 		trs[i] = cp.tr
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+	sent := n.cfg.Clock.Now()
 	outcomes, err := n.store.AdvanceActive(wctx, n.incarnation, trs)
 	cancel()
+	n.metrics.Flushed(n.finished(batch, outcomes), n.cfg.Clock.Now().Sub(sent), err)
 	if err != nil {
 		n.log.Warn("recording task outcomes failed; will retry", zap.Int("tasks", len(batch)), zap.Error(err))
 		return false

@@ -151,6 +151,10 @@ type Config struct {
 
 	// Version is recorded with the node, for `worker nodes`.
 	Version string
+
+	// Metrics receives what the node learns as it works (default: none);
+	// package metrics exports it to Prometheus.
+	Metrics Metrics
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -205,6 +209,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
 	}
 	return c
 }

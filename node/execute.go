@@ -52,7 +52,7 @@ func (n *Node) launch(t *task.Task, sent time.Time) {
 	h := n.handlers[t.Kind] // immutable after Start
 	a := &attempt{
 		view: t, handler: h, ref: t.Ref(), bucket: t.Bucket, epoch: t.Epoch,
-		number: t.Attempt, max: t.MaxAttempts,
+		number: t.Attempt, max: t.MaxAttempts, kind: t.Kind, started: t.StartedAt,
 	}
 	epoch, leaseCtx, held := n.keeper.lease(a.bucket)
 	if !held || epoch != a.epoch {

@@ -47,9 +47,13 @@ func (n *Node) Health() Health {
 
 // HealthHandler serves /healthz (200 while the process runs a node that has
 // not stopped) and /readyz (200 while Health says ready, 503 with the reason
-// otherwise), each with the Health as JSON.
+// otherwise), each with the Health as JSON; and /metrics when the node's
+// Config.Metrics serves HTTP (package metrics does).
 func HealthHandler(n *Node) http.Handler {
 	mux := http.NewServeMux()
+	if h, ok := n.cfg.Metrics.(http.Handler); ok {
+		mux.Handle("/metrics", h)
+	}
 	write := func(w http.ResponseWriter, ok bool, h Health) {
 		w.Header().Set("Content-Type", "application/json")
 		if !ok {

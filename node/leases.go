@@ -44,6 +44,7 @@ type leaseKeeper struct {
 	// under it; onLost, when set, is told of them all the same.
 	onAcquired func([]store.HeldBucket)
 	onLost     func([]int)
+	metrics    Metrics
 
 	mu      sync.Mutex
 	held    map[int]heldLease
@@ -87,6 +88,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 		Owner: k.owner, Node: k.node, Buckets: k.declared, TTL: k.ttl,
 	})
 	if err != nil {
+		k.reportTo().BucketLeasesTicked(0, 0, err)
 		k.log.Warn("bucket lease renewal failed; serving held buckets until their local deadline",
 			zap.Error(err), zap.String("held", k.heldSet().String()))
 		return fmt.Errorf("renewing bucket leases: %w", err)
@@ -127,6 +129,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	k.lastOK = sent
 	k.armLocked()
 	k.mu.Unlock()
+	k.reportTo().BucketLeasesTicked(len(acquired), len(lost), nil)
 
 	if len(acquired) > 0 {
 		k.log.Info("bucket leases acquired", zap.String("buckets", describeHeld(acquired)))
@@ -162,6 +165,7 @@ func (k *leaseKeeper) expire() {
 	}
 	k.armLocked()
 	k.mu.Unlock()
+	k.reportTo().BucketLeasesExpired(len(lost))
 	if len(lost) > 0 {
 		sort.Ints(lost)
 		k.log.Warn("bucket lease deadline passed without a renewal; stopped claiming there "+

@@ -78,6 +78,7 @@ type Node struct {
 	id          string
 	incarnation string
 	log         *zap.Logger
+	metrics     Metrics
 	// jitter draws the full-jitter retry delay in [0, ceiling]; tests
 	// replace it to make due times exact.
 	jitter func(ceiling time.Duration) time.Duration
@@ -163,6 +164,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		scheduleLoop:  newLoop("schedule"),
 		scheduler:     newScheduler(),
 		jitter:        defaultJitter,
+		metrics:       cfg.Metrics,
 	}
 	n.log = cfg.Logger.With(zap.String("node", n.id))
 	n.completer = newCompleter(n)
@@ -170,7 +172,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	n.renewer = &renewer{
 		store: s, owner: n.incarnation, attempts: n.attempts, clock: cfg.Clock,
 		ttl: cfg.TaskLeaseTTL, margin: taskLeaseMargin(cfg.TaskLeaseTTL), stmtTimeout: n.stmtTimeout,
-		log: n.log, loop: newLoop("task lease renewal"),
+		log: n.log, loop: newLoop("task lease renewal"), metrics: n.metrics,
 	}
 	return n, nil
 }
@@ -326,8 +328,8 @@ func (n *Node) start(ctx context.Context) error {
 		store: n.store, owner: n.incarnation, node: n.id, declared: declared,
 		ttl: n.cfg.BucketLeaseTTL, heartbeat: n.cfg.BucketLeaseHeartbeat,
 		margin: deadlineMargin(n.cfg.BucketLeaseTTL), clock: n.cfg.Clock, log: n.log,
-		onAcquired: n.bucketsAcquired,
-		held:       map[int]heldLease{},
+		onAcquired: n.bucketsAcquired, metrics: n.metrics,
+		held: map[int]heldLease{},
 	}
 	n.mu.Lock()
 	n.fleet, n.fleetOK = meta, true

@@ -39,6 +39,7 @@ type renewer struct {
 	stmtTimeout time.Duration
 	log         *zap.Logger
 	loop        *loop
+	metrics     Metrics
 }
 
 // taskLeaseMargin is the safety margin between an attempt's local deadline
@@ -93,6 +94,7 @@ func (r *renewer) pass(ctx context.Context) {
 	renewal, err := r.store.RenewTaskLeases(rctx, r.owner, refs, r.ttl)
 	cancel()
 	if err != nil {
+		r.reportTo().TaskLeasesRenewed(0, 0, 0, err)
 		// Nothing changes: each attempt keeps the deadline it had, and is
 		// given up when it passes.
 		r.log.Warn("renewing task leases failed; will retry", zap.Int("tasks", len(refs)), zap.Error(err))
@@ -115,6 +117,7 @@ func (r *renewer) pass(ctx context.Context) {
 		r.log.Warn("task leases not renewed this period: their rows are locked by another transaction; "+
 			"will retry", zap.Int64s("tasks", ids))
 	}
+	r.reportTo().TaskLeasesRenewed(len(renewal.Renewed), len(renewal.Busy), running(byRef), nil)
 	for _, a := range byRef {
 		// An attempt settled meanwhile may be missing because its outcome
 		// was written; abandon leaves it alone.

@@ -52,6 +52,7 @@ func (r *rescuer) pass(ctx context.Context) {
 		StatementTimeout: n.stmtTimeout,
 		InUse:            n.stillRunsHere,
 	})
+	n.metrics.Rescued(rep)
 	for _, e := range rep.Entries {
 		n.logRescue(e)
 	}

@@ -186,6 +186,7 @@ func (n *Node) scheduleRound(ctx context.Context, held []store.HeldBucket) (adva
 	n.scheduler.batch = min(batch*2, scheduleBatch)
 	for i, res := range results {
 		if res.Err == nil {
+			n.metrics.ScheduleAdvanced(res.Fired, firingLag(now, reqs[i], res), decisions[i].Skipped)
 			advanced++
 		}
 		n.logFiring(reqs[i], decisions[i], policies[i], res)

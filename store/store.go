@@ -258,6 +258,12 @@ type TaskFilter struct {
 	Kind     string
 	Key      string
 	Schedule string
+	// Node keeps the tasks whose latest attempt ran on this node id.
+	Node string
+	// Payload keeps the tasks whose payload contains this JSON value, as
+	// PostgreSQL's jsonb @> decides: {"customer": 7} matches any object
+	// with that member, among others. It must be valid JSON.
+	Payload  json.RawMessage
 	BeforeID int64 // cursor: only ids below this; 0 starts at the newest
 	Limit    int   // 0 means 100
 }
@@ -355,6 +361,9 @@ type Backlog struct {
 	Queued  int // claimable and due
 	Waiting int // scheduled or retrying, not yet due
 	Active  int // running, stopping or pausing
+	// OldestDue is the run_at of the bucket's oldest queued task: how long
+	// the bucket's work has waited for a claim. Zero when none is queued.
+	OldestDue time.Time
 }
 
 // AcquireRequest asks for bucket leases.

@@ -105,6 +105,10 @@ var examples = map[string][2]string{
 		"source <(worker completion bash)",
 		"worker completion fish > ~/.config/fish/completions/worker.fish",
 	},
+	"ui": {
+		"worker ui    # read-only, on 127.0.0.1:8089",
+		"worker ui --listen 127.0.0.1:9000 --token-file /etc/flotilla/ui-token",
+	},
 }
 
 // stockKindsHelp describes the payload of each stock kind, for submit and

@@ -126,6 +126,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			scheduleCommand(),
 			benchCommand(),
 			completionCommand(),
+			uiCommand(),
 		},
 		EnableBashCompletion: true,
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/hardening"
 	"github.com/flotilla-dev/flotilla/kinds"
+	"github.com/flotilla-dev/flotilla/metrics"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -47,7 +48,9 @@ func runCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "allow-exec-env", Usage: "let an exec task's payload set this environment variable (repeatable); without it a payload may set none. " +
 				"Variables that make programs run other code (LD_*, BASH_*, PATH, PYTHON*, GIT_*, ...) are refused: see docs/exec.md"},
 			&cli.StringFlag{Name: "exec-user", Usage: "run exec children as this user (name or uid), with its primary group and no supplementary group; needs the node to run as root"},
-			&cli.StringFlag{Name: "http", Usage: "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080"},
+			&cli.StringFlag{Name: "http", Usage: "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 127.0.0.1:8080"},
+			&cli.BoolFlag{Name: "ui", Usage: "also serve the dashboard on --http (read-only unless --ui-token-file or $" + uiTokenEnv + ")"},
+			&cli.StringFlag{Name: "ui-token-file", Usage: "file holding the token that allows the dashboard's actions (default: $" + uiTokenEnv + ")"},
 		),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c, "did you mean --buckets?"); err != nil {
@@ -116,7 +119,15 @@ func runCommand() *cli.Command {
 			if err := checkDeclaredRange(c.Context, dsn, cfg); err != nil {
 				return err
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log)
+			if c.Bool("ui") && c.String("http") == "" {
+				return invalid(errors.New("--ui serves the dashboard on --http: give --http too, e.g. --http 127.0.0.1:8080"))
+			}
+			uiTok, err := uiToken(c, "ui-token-file")
+			if err != nil {
+				return err
+			}
+			return runNode(c.Context, dsn, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log,
+				httpOptions{ui: c.Bool("ui"), uiToken: uiTok})
 		},
 	}
 }
@@ -144,7 +155,14 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool, log *zap.Logger) error {
+// httpOptions is what --http serves besides health checks and metrics.
+type httpOptions struct {
+	ui      bool   // the dashboard
+	uiToken string // its token; "" for a read-only dashboard
+}
+
+func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool,
+	log *zap.Logger, opts httpOptions) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
 	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
@@ -160,23 +178,30 @@ func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec ki
 	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
 		return startError(err)
 	}
+	m, err := nodeMetrics(s, httpAddr, log)
+	if err != nil {
+		return err
+	} else if m != nil {
+		cfg.Metrics = m
+	}
 	n, err := node.New(s, cfg)
 	if err != nil {
 		return invalid(err)
 	}
+	m.Watch(n)
 	kinds.Register(n)
 	// A node that may run nothing does not advertise the exec kind, so
 	// that an exec task is refused at submit rather than failed here.
 	if len(exec.Allowed) > 0 {
 		kinds.RegisterExec(n, exec)
 	}
-	return serveNode(ctx, s, n, httpAddr, cfg, waitForID, log)
+	return serveNode(ctx, s, n, m, httpAddr, opts, cfg, waitForID, log)
 }
 
 // serveNode starts the node and runs it until SIGINT or SIGTERM, then shuts
 // it down; a second signal stops waiting for running handlers.
-func serveNode(ctx context.Context, s store.Store, n *node.Node, httpAddr string, cfg node.Config, waitForID bool,
-	log *zap.Logger) error {
+func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metrics, httpAddr string, opts httpOptions,
+	cfg node.Config, waitForID bool, log *zap.Logger) error {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
@@ -214,10 +239,16 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, httpAddr string
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", httpAddr, err)
 		}
-		srv := &http.Server{Handler: node.HealthHandler(n), ReadHeaderTimeout: 5 * time.Second}
+		handler, closeUI, err := nodeHTTP(ctx, s, n, opts.ui, opts.uiToken, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer closeUI()
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer func() { _ = srv.Close() }()
-		log.Info("serving health checks", zap.String("addr", ln.Addr().String()))
+		log.Info("serving health checks and metrics", zap.String("addr", ln.Addr().String()), zap.Bool("dashboard", opts.ui))
 	}
 	if err := startNode(runCtx, s, n, cfg, waitForID, log); err != nil {
 		if runCtx.Err() != nil {
@@ -225,6 +256,10 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, httpAddr string
 		}
 		return startError(err)
 	}
+	if err := m.Start(runCtx); err != nil {
+		return err
+	}
+	defer m.Stop()
 	<-runCtx.Done()
 	return n.Shutdown(shutdownCtx)
 }

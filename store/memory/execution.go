@@ -275,6 +275,9 @@ func (s *Store) BucketBacklog(ctx context.Context) ([]store.Backlog, error) {
 		switch {
 		case due(&rec.Task, now):
 			b.Queued++
+			if b.OldestDue.IsZero() || rec.RunAt.Before(b.OldestDue) {
+				b.OldestDue = rec.RunAt
+			}
 		case rec.Status.Claimable():
 			b.Waiting++
 		default:

@@ -534,17 +534,18 @@ const DefaultScanLimit = 100
 // matches neither index's predicate, and PostgreSQL scans the whole table):
 // finished tasks are never read.
 var backlogSQL = `
-SELECT bucket, sum(queued)::bigint, sum(waiting)::bigint, sum(active)::bigint
+SELECT bucket, sum(queued)::bigint, sum(waiting)::bigint, sum(active)::bigint, min(oldest_due)
 FROM (
     SELECT bucket,
            count(*) FILTER (WHERE run_at <= statement_timestamp()) AS queued,
            count(*) FILTER (WHERE run_at > statement_timestamp()) AS waiting,
-           0 AS active
+           0 AS active,
+           min(run_at) FILTER (WHERE run_at <= statement_timestamp()) AS oldest_due
     FROM flotilla_tasks
     WHERE status IN ` + claimableStatusesSQL + `
     GROUP BY bucket
     UNION ALL
-    SELECT bucket, 0, 0, count(*)
+    SELECT bucket, 0, 0, count(*), NULL::timestamptz
     FROM flotilla_tasks
     WHERE status IN ` + activeStatusesSQL + `
     GROUP BY bucket
@@ -565,11 +566,16 @@ func (s *Store) BucketBacklog(ctx context.Context) ([]store.Backlog, error) {
 		var (
 			b                       int32
 			queued, waiting, active int64
+			oldest                  *time.Time
 		)
-		if err := rows.Scan(&b, &queued, &waiting, &active); err != nil {
+		if err := rows.Scan(&b, &queued, &waiting, &active, &oldest); err != nil {
 			return nil, wrap(err, "count the backlog")
 		}
-		out = append(out, store.Backlog{Bucket: int(b), Queued: int(queued), Waiting: int(waiting), Active: int(active)})
+		bl := store.Backlog{Bucket: int(b), Queued: int(queued), Waiting: int(waiting), Active: int(active)}
+		if oldest != nil {
+			bl.OldestDue = *oldest
+		}
+		out = append(out, bl)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap(err, "count the backlog")

@@ -354,6 +354,8 @@ WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
   AND ($4::text = '' OR key = $4::text)
   AND ($5::text = '' OR schedule = $5::text)
   AND ($6::bigint = 0 OR id < $6::bigint)
+  AND ($8::text = '' OR node = $8::text)
+  AND ($9::jsonb IS NULL OR payload @> $9::jsonb)
 ORDER BY id DESC
 LIMIT $7`
 
@@ -385,7 +387,15 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
-	rows, err := s.pool.Query(ctx, listTasksSQL, statuses, buckets, f.Kind, f.Key, f.Schedule, f.BeforeID, limit)
+	var payload any
+	if f.Payload != nil {
+		if !json.Valid(f.Payload) {
+			return nil, fmt.Errorf("list tasks: payload filter %s is not valid JSON; give a JSON value such as {\"customer\": 7}: %w", f.Payload, store.ErrInvalid)
+		}
+		payload = string(f.Payload)
+	}
+	rows, err := s.pool.Query(ctx, listTasksSQL, statuses, buckets, f.Kind, f.Key, f.Schedule, f.BeforeID, limit,
+		f.Node, payload)
 	if err != nil {
 		return nil, wrap(err, "list tasks")
 	}

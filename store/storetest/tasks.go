@@ -196,6 +196,7 @@ func testTasks(t *testing.T, h Harness) {
 		}
 		got := map[int]store.Backlog{}
 		for _, bl := range backlog {
+			bl.OldestDue = time.Time{} // checked in Filters/OldestDue
 			got[bl.Bucket] = bl
 		}
 		if got[2] != (store.Backlog{Bucket: 2, Queued: 2, Waiting: 1}) {

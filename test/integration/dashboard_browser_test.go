@@ -1,0 +1,313 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// browserWithin bounds each wait for the page to show a change of the fleet.
+// The page itself updates every second; the rest is the fleet's own time (a
+// bucket lease TTL before a dead node's buckets pass on) on a loaded host.
+const browserWithin = 45 * time.Second
+
+// screenshotDirEnv names a directory to keep the browser test's screenshots
+// in; by default they go to a new temporary directory, named in the log.
+const screenshotDirEnv = "FLOTILLA_SCREENSHOTS"
+
+// uiToken signs the test's operator in to `worker ui`.
+const uiTestToken = "browser-test-token-0123456789"
+
+// browserPaths are where a Chromium may be, Debian's first.
+var browserPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
+
+func findBrowser(t *testing.T) string {
+	t.Helper()
+	for _, p := range browserPaths {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	// Not a skip: the dashboard's behaviour in a browser is part of what
+	// this suite checks. .ci/run installs Chromium when it is missing.
+	t.Fatalf("no browser found (looked for %s): install Chromium, e.g. apt-get install -y chromium",
+		strings.Join(browserPaths, ", "))
+	return ""
+}
+
+// browser starts a headless Chromium with a fresh profile and returns a
+// context to drive it with chromedp. The browser ends with the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := findBrowser(t)
+	profile := t.TempDir()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(profile),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 900),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	// Registered after TempDir: the browser ends before its profile is
+	// removed.
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first run starts the browser, which lives as long as that run's
+	// context: it gets no timeout of its own (the test's bounds it).
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("the browser %s did not start: %v", path, err)
+	}
+	return ctx
+}
+
+// screenshots saves full-page screenshots where a reader can find them.
+type screenshots struct {
+	t   *testing.T
+	dir string
+}
+
+func newScreenshots(t *testing.T) *screenshots {
+	t.Helper()
+	dir := os.Getenv(screenshotDirEnv)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "flotilla-dashboard-"); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", dir)
+	return &screenshots{t: t, dir: dir}
+}
+
+func (s *screenshots) take(ctx context.Context, name string) {
+	s.t.Helper()
+	// Quality 100 gives a PNG; below it, a JPEG.
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		s.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, name+".png"), png, 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// run runs browser actions with a deadline of their own.
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	actx, cancel := context.WithTimeout(ctx, browserWithin)
+	defer cancel()
+	for i, a := range actions {
+		if _, err := chromedp.Run(actx, a); err != nil {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
+			t.Fatalf("%s, step %d: %v; the page:\n%s", what, i+1, err, page)
+		}
+	}
+}
+
+// evalUntil evaluates js in the page until check accepts its result.
+func evalUntil[T any](t *testing.T, ctx context.Context, what, js string, check func(T) bool) T {
+	t.Helper()
+	var got T
+	var lastErr error
+	ok := poll(browserWithin, func() bool {
+		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		got, lastErr = chromedp.Run(ectx, chromedp.Evaluate[T](js))
+		return lastErr == nil && check(got)
+	})
+	if !ok {
+		t.Fatalf("%s: not within %v; last %v (error %v)", what, browserWithin, got, lastErr)
+	}
+	return got
+}
+
+var dashboardAddr = regexp.MustCompile(`serving the dashboard\s+\{"addr": "([^"]+)"`)
+
+// startUI starts `worker ui` on a free port and returns its base URL.
+func startUI(t *testing.T, f *fleet) string {
+	t.Helper()
+	t.Setenv("FLOTILLA_UI_TOKEN", uiTestToken)
+	p := f.worker("ui", "--listen", "127.0.0.1:0")
+	var addr string
+	if !poll(startWithin, func() bool {
+		m := dashboardAddr.FindStringSubmatch(p.output())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil || p.exited()
+	}) || addr == "" {
+		t.Fatalf("worker ui did not start serving:\n%s", p.output())
+	}
+	return "http://" + addr
+}
+
+// TestDashboardInABrowser drives the dashboard of a real fleet, two `worker
+// run` processes on PostgreSQL and a `worker ui`, from headless Chromium:
+// the bucket map shows both holders; a running task stopped from its page
+// shows its trail ending in stopped; a node killed with SIGKILL shows its
+// buckets change colour as the other takes them over.
+func TestDashboardInABrowser(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	shots := newScreenshots(t)
+	alphaSet, all := mustSet(t, "0-31"), mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))
+	betaOwn := mustSet(t, fmt.Sprintf("32-%d", fleetBuckets-1))
+	alpha := f.worker("run", "--node-id", "alpha", "--buckets", alphaSet.String(), "--bucket-lease-ttl", "3s")
+	f.waitUntilHeld("alpha", alphaSet, startWithin)
+	f.worker("run", "--node-id", "beta", "--buckets", all.String(), "--bucket-lease-ttl", "3s")
+	f.waitUntilHeld("beta", betaOwn, startWithin)
+	f.waitUntilStandingBy("beta", alphaSet)
+	base := startUI(t, f)
+	ctx := browser(t)
+
+	// Sign in: the actions need the token, and the trail names the operator.
+	run(t, ctx, "sign in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(chromedp.CSS("#name")),
+		chromedp.SendKeys(chromedp.CSS("#name"), "operator"),
+		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS("#buckets")),
+	)
+	holders := evalUntil(t, ctx, "the bucket map shows both holders",
+		`Array.from(document.querySelectorAll('#buckets a.b')).map(a => a.dataset.holder)`,
+		func(hs []string) bool { return slices.Contains(hs, "alpha") && slices.Contains(hs, "beta") })
+	if len(holders) != fleetBuckets {
+		t.Errorf("the map has %d buckets, want %d", len(holders), fleetBuckets)
+	}
+	shots.take(ctx, "fleet")
+
+	// A running task, stopped from its page.
+	key := keyIn(t, f.policy, betaOwn, "browser")
+	id := f.submit("--kind", "sleep", "--key", key, "--payload", `{"duration":"1h"}`)
+	f.waitForTask(id, "running", func(tk *task.Task) bool { return tk.Status == task.Running })
+	run(t, ctx, "open the running task",
+		chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", base, id)),
+		chromedp.WaitVisible(chromedp.CSS("#stop")),
+	)
+	evalUntil(t, ctx, "the task page shows it running", `document.querySelector('#status').textContent`,
+		func(s string) bool { return s == "running" })
+	run(t, ctx, "press Stop", chromedp.Click(chromedp.CSS("#stop")), chromedp.WaitVisible(chromedp.CSS("#ack")))
+	evalUntil(t, ctx, "the trail ends in stopped",
+		`Array.from(document.querySelectorAll('#trail li')).map(li => li.dataset.to)`,
+		func(to []string) bool { return len(to) > 0 && to[len(to)-1] == "stopped" })
+	ack := evalUntil(t, ctx, "the stop's acknowledgement is shown", `document.querySelector('#ack').textContent`,
+		func(s string) bool { return strings.Contains(s, "acknowledged by") })
+	if !strings.Contains(ack, "ui:operator") {
+		t.Errorf("the acknowledgement %q does not name the operator", ack)
+	}
+	trail := evalUntil(t, ctx, "the trail names the operator", `document.querySelector('#trail').textContent`,
+		func(string) bool { return true })
+	if !strings.Contains(trail, "stop requested by ui:operator") {
+		t.Errorf("the trail does not say who stopped the task:\n%s", trail)
+	}
+	if got := f.mustGet(id).Task.Status; got != task.Stopped {
+		t.Errorf("the database has task %d %s, want stopped", id, got)
+	}
+	shots.take(ctx, "task-stopped")
+
+	// kill -9 alpha: its buckets change colour on the live map as beta
+	// takes them over.
+	const colourOf = `getComputedStyle(document.querySelector('#buckets [data-bucket="0"]')).backgroundColor`
+	run(t, ctx, "open the fleet page", chromedp.Navigate(base+"/fleet"), chromedp.WaitVisible(chromedp.CSS("#buckets")))
+	before := evalUntil(t, ctx, "bucket 0's colour", colourOf, func(string) bool { return true })
+	betaColour := evalUntil(t, ctx, "beta's colour",
+		`getComputedStyle(document.querySelector('#buckets [data-holder="beta"]')).backgroundColor`, func(string) bool { return true })
+	if before == betaColour {
+		t.Fatalf("alpha's and beta's buckets have one colour, %s", before)
+	}
+	alpha.kill9()
+	evalUntil(t, ctx, "bucket 0 changes colour to beta's", colourOf, func(c string) bool { return c != before && c == betaColour })
+	evalUntil(t, ctx, "every bucket of alpha's is beta's",
+		`Array.from(document.querySelectorAll('#buckets a.b')).filter(a => a.dataset.holder !== 'beta').length`,
+		func(n int) bool { return n == 0 })
+	shots.take(ctx, "fleet-after-kill")
+	if errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatal("the browser ended early")
+	}
+}
+
+var healthAddr = regexp.MustCompile(`serving health checks and metrics\s+\{"addr": "([^"]+)"`)
+
+// TestWorkerRunServesMetricsAndTheDashboard: `worker run --http ADDR --ui`
+// serves the health checks, Prometheus metrics whose figures match the
+// database, and a read-only dashboard, from the node's own process.
+func TestWorkerRunServesMetricsAndTheDashboard(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	p := f.worker("run", "--node-id", "solo", "--http", "127.0.0.1:0", "--ui")
+	f.waitUntilHeld("solo", mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1)), startWithin)
+	var base string
+	if !poll(startWithin, func() bool {
+		if m := healthAddr.FindStringSubmatch(p.output()); m != nil {
+			base = "http://" + m[1]
+		}
+		return base != ""
+	}) {
+		t.Fatalf("worker run did not log its --http address:\n%s", p.output())
+	}
+	id := f.submit("--kind", "noop", "--key", "k")
+	f.waitForTask(id, "succeeded", succeeded)
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), queryTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	eventually(t, taskWithin, "/metrics counts the succeeded task", func() bool {
+		status, body := get("/metrics")
+		return status == http.StatusOK &&
+			strings.Contains(body, `flotilla_transitions_total{from="running",to="succeeded"} 1`) &&
+			strings.Contains(body, fmt.Sprintf("flotilla_buckets_held %d", fleetBuckets))
+	})
+	if status, body := get("/readyz"); status != http.StatusOK {
+		t.Errorf("/readyz: %d %s", status, body)
+	}
+	status, body := get("/fleet")
+	if status != http.StatusOK || !strings.Contains(body, `data-holder="solo"`) || !strings.Contains(body, "read-only") {
+		t.Errorf("/fleet: %d, want the map held by solo, read-only\n%s", status, body)
+	}
+	if status, body := get(fmt.Sprintf("/tasks/%d", id)); status != http.StatusOK || !strings.Contains(body, "succeeded") {
+		t.Errorf("the task's page: %d\n%s", status, body)
+	}
+}
