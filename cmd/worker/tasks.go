@@ -267,35 +267,11 @@ func listCommand() *cli.Command {
 	}
 }
 
-// listTasks lists the tasks f selects, only those whose last attempt ran
-// on node when node is given. The store filters by node no more than by
-// any other column it does not index, so the pages are read here, newest
-// first, until f.Limit tasks match or none is left.
+// listTasks lists the tasks the filter keeps; node, when set, keeps those
+// whose latest attempt ran on that node, in the store's query.
 func listTasks(c *cli.Context, client *flotilla.Client, f store.TaskFilter, node string) ([]*task.Task, error) {
-	if node == "" {
-		return client.List(c.Context, f)
-	}
-	limit := f.Limit
-	f.Limit = 1000
-	var out []*task.Task
-	for {
-		page, err := client.List(c.Context, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range page {
-			if t.Node == node {
-				out = append(out, t)
-				if len(out) == limit {
-					return out, nil
-				}
-			}
-		}
-		if len(page) < f.Limit {
-			return out, nil
-		}
-		f.BeforeID = page[len(page)-1].ID
-	}
+	f.Node = node
+	return client.List(c.Context, f)
 }
 
 func bucketsCommand() *cli.Command {
