@@ -2,13 +2,14 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flotilla-dev/flotilla/internal/clock"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -32,36 +33,53 @@ import (
 // its end depends on the handler (paused at a checkpoint, or finished
 // anyway).
 
-// commandConcerns reports whether a TopicCommands payload, "<command id>
+// commander is the command loop: it reads the pending commands of the
+// tasks this incarnation holds, and applies each to the attempt this node
+// means to finish. Its dependencies are the store, the attempt registry,
+// and the completer for a stop whose handler does not return in time.
+type commander struct {
+	store       store.Store
+	owner       string // the incarnation
+	node        string // the node id, recorded in events and acknowledgements
+	attempts    *attempts
+	completer   *completer
+	clock       clock.Clock
+	stopGrace   time.Duration
+	poll        time.Duration
+	stmtTimeout time.Duration
+	metrics     Metrics
+	log         *zap.Logger
+	loop        *loop
+}
+
+// concerns reports whether a TopicCommands payload, "<command id>
 // <owner>", may be for this node: its owner is this incarnation, or the task
 // was not active when the command was issued (a claim may have made it
 // ours since). An unreadable payload is assumed to concern us.
-func (n *Node) commandConcerns(payload string) bool {
+func (c *commander) concerns(payload string) bool {
 	_, owner, ok := strings.Cut(payload, " ")
-	return !ok || owner == "" || owner == n.incarnation
+	return !ok || owner == "" || owner == c.owner
 }
 
-// commandPass applies every pending command of this node's tasks.
-func (n *Node) commandPass(ctx context.Context) {
-	qctx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
-	cmds, err := n.store.PendingCommands(qctx, n.incarnation)
+// run polls every CommandPoll, and at once, until the loop stops.
+func (c *commander) run(ctx context.Context) {
+	every(ctx, c.clock, c.poll, c.loop.wake, true, c.pass)
+}
+
+// pass applies every pending command of this node's tasks.
+func (c *commander) pass(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, c.stmtTimeout)
+	cmds, err := c.store.PendingCommands(qctx, c.owner)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			n.log.Warn("reading pending commands failed; will retry", zap.Error(err))
+			c.log.Warn("reading pending commands failed; will retry", zap.Error(err))
 		}
 		return
 	}
 	for _, cmd := range cmds {
-		n.applyCommand(ctx, cmd)
+		c.applyCommand(ctx, cmd)
 	}
-}
-
-// attemptOf returns the attempt of task id this node means to finish: not
-// given up, the latest claim among them. An abandoned attempt whose handler
-// has yet to return is never the one a command applies to.
-func (n *Node) attemptOf(id int64) *attempt {
-	return n.attempts.current(id)
 }
 
 func commandFields(a *attempt, cmd store.Command) []zap.Field {
@@ -69,33 +87,33 @@ func commandFields(a *attempt, cmd store.Command) []zap.Field {
 		zap.String("issued_by", cmd.IssuedBy), zap.String("reason", cmd.Reason))
 }
 
-func (n *Node) applyCommand(ctx context.Context, cmd store.Command) {
-	a := n.attemptOf(cmd.TaskID)
+func (c *commander) applyCommand(ctx context.Context, cmd store.Command) {
+	a := c.attempts.current(cmd.TaskID)
 	if a == nil {
 		// The store says this incarnation holds the task, but no attempt of
 		// it is running here: its outcome was written meanwhile, or it was
 		// claimed by a pass whose answer never arrived. The command stays
 		// pending; whoever moves the task next (the completion, or a
 		// rescue once its lease lapses) answers it.
-		n.log.Debug("command for a task not running here; left pending",
+		c.log.Debug("command for a task not running here; left pending",
 			zap.Int64("task", cmd.TaskID), zap.Int64("command", cmd.ID), zap.String("command_kind", cmd.Kind))
 		return
 	}
 	switch cmd.Kind {
 	case store.CommandStop:
-		n.applyStop(ctx, a, cmd)
+		c.applyStop(ctx, a, cmd)
 	case store.CommandPause:
-		n.applyPause(ctx, a, cmd)
+		c.applyPause(ctx, a, cmd)
 	default:
 		// Resume is applied by its issuer (a paused task runs nowhere); a
 		// resume row is a mistake of some other writer.
-		n.ack(ctx, a, cmd, fmt.Sprintf("not applicable: %s is not a command for a running task", cmd.Kind))
+		c.ack(ctx, a, cmd, fmt.Sprintf("not applicable: %s is not a command for a running task", cmd.Kind))
 	}
 }
 
 // applyStop stops an attempt: stopping, then its handler cancelled. The
 // write comes first so that the trail reads running -> stopping -> stopped.
-func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
+func (c *commander) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 	a.mu.Lock()
 	skip := a.done || a.abandoned != nil || a.stopCommand != 0
 	if !skip {
@@ -107,32 +125,32 @@ func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 		// honours and acknowledges the stop.
 		return
 	}
-	o, err := n.advanceOne(ctx, store.ActiveTransition{
-		Ref: a.ref, To: task.Stopping, Node: n.id, Reason: stopReason(cmd),
+	o, err := c.advanceOne(ctx, store.ActiveTransition{
+		Ref: a.ref, To: task.Stopping, Node: c.node, Reason: stopReason(cmd),
 	})
 	var te *task.TransitionError
 	switch {
 	case err != nil:
-		n.log.Warn("applying a stop failed; will retry at the next poll", append(commandFields(a, cmd), zap.Error(err))...)
+		c.log.Warn("applying a stop failed; will retry at the next poll", append(commandFields(a, cmd), zap.Error(err))...)
 		a.mu.Lock()
 		a.stopCommand = 0
 		a.mu.Unlock()
 		return
 	case errors.Is(o.Err, store.ErrFenced):
-		n.log.Warn("stop not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)
+		c.log.Warn("stop not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)
 		return
 	case errors.As(o.Err, &te) && te.From == task.Stopping:
 		// Stopping already: a second stop adds nothing but the cancel.
 	case o.Err != nil:
-		n.log.Error("stop refused by the store", append(commandFields(a, cmd), zap.Error(o.Err))...)
+		c.log.Error("stop refused by the store", append(commandFields(a, cmd), zap.Error(o.Err))...)
 		return
 	}
-	n.log.Info("stopping task: cancelling its handler", append(commandFields(a, cmd), zap.String("status", string(o.Status)))...)
-	n.metrics.CommandApplied(cmd.Kind, n.cfg.Clock.Now().Sub(cmd.IssuedAt))
+	c.log.Info("stopping task: cancelling its handler", append(commandFields(a, cmd), zap.String("status", string(o.Status)))...)
+	c.metrics.CommandApplied(cmd.Kind, c.clock.Now().Sub(cmd.IssuedAt))
 	a.cancel(ErrStopRequested)
 	a.mu.Lock()
 	if !a.done {
-		a.stopGrace = n.cfg.Clock.AfterFunc(n.cfg.StopGrace, func() { n.abandonStopped(a, cmd) })
+		a.stopGrace = c.clock.AfterFunc(c.stopGrace, func() { c.abandonStopped(a, cmd) })
 	}
 	a.mu.Unlock()
 }
@@ -140,54 +158,54 @@ func (n *Node) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 // abandonStopped gives up a stopped handler that has not returned within
 // StopGrace: the task is written stopped now, and the handler is left to
 // end on its own; its writes from here on are fenced.
-func (n *Node) abandonStopped(a *attempt, cmd store.Command) {
-	if !a.abandon(fmt.Errorf("handler ignored its stop for %v", n.cfg.StopGrace)) {
+func (c *commander) abandonStopped(a *attempt, cmd store.Command) {
+	if !a.abandon(fmt.Errorf("handler ignored its stop for %v", c.stopGrace)) {
 		return
 	}
-	n.log.Warn("stopped handler did not return in time: task recorded stopped, handler abandoned; "+
-		"its later writes will be fenced", append(commandFields(a, cmd), zap.Duration("grace", n.cfg.StopGrace))...)
-	n.completer.add(a, store.ActiveTransition{
-		Ref: a.ref, To: task.Stopped, Node: n.id,
-		Reason: fmt.Sprintf("stopped; handler abandoned after %v", n.cfg.StopGrace),
+	c.log.Warn("stopped handler did not return in time: task recorded stopped, handler abandoned; "+
+		"its later writes will be fenced", append(commandFields(a, cmd), zap.Duration("grace", c.stopGrace))...)
+	c.completer.add(a, store.ActiveTransition{
+		Ref: a.ref, To: task.Stopped, Node: c.node,
+		Reason: fmt.Sprintf("stopped; handler abandoned after %v", c.stopGrace),
 	})
 }
 
 // applyPause asks the handler to pause at its next checkpoint.
-func (n *Node) applyPause(ctx context.Context, a *attempt, cmd store.Command) {
+func (c *commander) applyPause(ctx context.Context, a *attempt, cmd store.Command) {
 	if done, abandoned := a.state(); done || abandoned != nil {
 		return // its outcome is on its way; the command stays pending until then
 	}
-	o, err := n.advanceOne(ctx, store.ActiveTransition{
-		Ref: a.ref, To: task.Pausing, Node: n.id, Reason: "pause requested" + suffix(cmd),
+	o, err := c.advanceOne(ctx, store.ActiveTransition{
+		Ref: a.ref, To: task.Pausing, Node: c.node, Reason: "pause requested" + suffix(cmd),
 	})
 	var te *task.TransitionError
 	switch {
 	case err != nil:
-		n.log.Warn("applying a pause failed; will retry at the next poll", append(commandFields(a, cmd), zap.Error(err))...)
+		c.log.Warn("applying a pause failed; will retry at the next poll", append(commandFields(a, cmd), zap.Error(err))...)
 		return
 	case errors.Is(o.Err, store.ErrFenced):
-		n.log.Warn("pause not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)
+		c.log.Warn("pause not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)
 		return
 	case errors.As(o.Err, &te):
 		// Pausing already, or stopping: a stop wins over a pause.
-		n.ack(ctx, a, cmd, fmt.Sprintf("not applied: the task is %s", te.From))
+		c.ack(ctx, a, cmd, fmt.Sprintf("not applied: the task is %s", te.From))
 		return
 	case o.Err != nil:
-		n.log.Error("pause refused by the store", append(commandFields(a, cmd), zap.Error(o.Err))...)
+		c.log.Error("pause refused by the store", append(commandFields(a, cmd), zap.Error(o.Err))...)
 		return
 	}
 	a.pauseRequested.Store(true)
-	n.metrics.CommandApplied(cmd.Kind, n.cfg.Clock.Now().Sub(cmd.IssuedAt))
-	n.log.Info("pausing task at its next checkpoint", commandFields(a, cmd)...)
-	n.ack(ctx, a, cmd, store.OutcomePausing)
+	c.metrics.CommandApplied(cmd.Kind, c.clock.Now().Sub(cmd.IssuedAt))
+	c.log.Info("pausing task at its next checkpoint", commandFields(a, cmd)...)
+	c.ack(ctx, a, cmd, store.OutcomePausing)
 }
 
 // advanceOne writes one fenced transition now, outside the completer: a
 // command's move must be recorded before the handler is told.
-func (n *Node) advanceOne(ctx context.Context, tr store.ActiveTransition) (store.Outcome, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+func (c *commander) advanceOne(ctx context.Context, tr store.ActiveTransition) (store.Outcome, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.stmtTimeout)
 	defer cancel()
-	out, err := n.store.AdvanceActive(wctx, n.incarnation, []store.ActiveTransition{tr})
+	out, err := c.store.AdvanceActive(wctx, c.owner, []store.ActiveTransition{tr})
 	if err != nil {
 		return store.Outcome{}, err
 	}
@@ -198,11 +216,11 @@ func (n *Node) advanceOne(ctx context.Context, tr store.ActiveTransition) (store
 }
 
 // ack acknowledges a command; one acknowledged already keeps its answer.
-func (n *Node) ack(ctx context.Context, a *attempt, cmd store.Command, outcome string) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+func (c *commander) ack(ctx context.Context, a *attempt, cmd store.Command, outcome string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.stmtTimeout)
 	defer cancel()
-	if _, err := n.store.AckCommand(actx, cmd.ID, n.id, outcome); err != nil && !errors.Is(err, store.ErrConflict) {
-		n.log.Warn("acknowledging a command failed; it stays pending", append(commandFields(a, cmd), zap.Error(err))...)
+	if _, err := c.store.AckCommand(actx, cmd.ID, c.node, outcome); err != nil && !errors.Is(err, store.ErrConflict) {
+		c.log.Warn("acknowledging a command failed; it stays pending", append(commandFields(a, cmd), zap.Error(err))...)
 	}
 }
 
@@ -218,26 +236,4 @@ func suffix(cmd store.Command) string {
 		s += ": " + cmd.Reason
 	}
 	return s
-}
-
-// attemptHooks connect a handler's task.Task to its attempt on this node.
-type attemptHooks struct {
-	n *Node
-	a *attempt
-}
-
-func (h *attemptHooks) Checkpoint(context.Context) error {
-	if h.a.pauseRequested.Load() {
-		return task.ErrPaused
-	}
-	return nil
-}
-
-func (h *attemptHooks) SaveProgress(ctx context.Context, progress json.RawMessage) error {
-	n, a := h.n, h.a
-	err := n.store.SaveProgress(ctx, n.incarnation, a.ref, progress)
-	if errors.Is(err, store.ErrFenced) {
-		n.log.Warn("fenced: progress of a superseded attempt was not saved", a.fields()...)
-	}
-	return err
 }

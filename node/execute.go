@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -197,4 +198,26 @@ func hasNULEscape(r []byte) bool {
 		i++ // the escaped character, a backslash included
 	}
 	return false
+}
+
+// attemptHooks connect a handler's task.Task to its attempt on this node.
+type attemptHooks struct {
+	n *Node
+	a *attempt
+}
+
+func (h *attemptHooks) Checkpoint(context.Context) error {
+	if h.a.pauseRequested.Load() {
+		return task.ErrPaused
+	}
+	return nil
+}
+
+func (h *attemptHooks) SaveProgress(ctx context.Context, progress json.RawMessage) error {
+	n, a := h.n, h.a
+	err := n.store.SaveProgress(ctx, n.incarnation, a.ref, progress)
+	if errors.Is(err, store.ErrFenced) {
+		n.log.Warn("fenced: progress of a superseded attempt was not saved", a.fields()...)
+	}
+	return err
 }

@@ -29,7 +29,7 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 			n.log.Warn("notification subscription ended; listening again")
 			n.claimLoop.poke()
 			n.leaseLoop.poke()
-			n.commandLoop.poke()
+			n.commander.loop.poke()
 		}
 		if !sleep(ctx, n.cfg.Clock, pause) {
 			return
@@ -70,8 +70,8 @@ func (n *Node) consume(ctx context.Context, sub store.Subscription) {
 
 func (n *Node) notified(note store.Notification) {
 	if note.Topic == store.TopicCommands {
-		if n.commandConcerns(note.Payload) {
-			n.commandLoop.poke()
+		if n.commander.concerns(note.Payload) {
+			n.commander.loop.poke()
 		}
 		return
 	}

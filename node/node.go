@@ -121,12 +121,12 @@ type Node struct {
 	heartbeatLoop *loop
 	claimLoop     *loop
 	listenLoop    *loop
-	commandLoop   *loop
 	scheduleLoop  *loop
 	scheduler     *scheduler
 	completer     *completer
 	rescuer       *rescuer
 	renewer       *renewer
+	commander     *commander
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
@@ -160,7 +160,6 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		heartbeatLoop: newLoop("node heartbeat"),
 		claimLoop:     newLoop("claim"),
 		listenLoop:    newLoop("notification listener"),
-		commandLoop:   newLoop("command"),
 		scheduleLoop:  newLoop("schedule"),
 		scheduler:     newScheduler(),
 		jitter:        defaultJitter,
@@ -169,6 +168,11 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	n.log = cfg.Logger.With(zap.String("node", n.id))
 	n.completer = newCompleter(n)
 	n.rescuer = newRescuer(n)
+	n.commander = &commander{
+		store: s, owner: n.incarnation, node: n.id, attempts: n.attempts, completer: n.completer,
+		clock: cfg.Clock, stopGrace: cfg.StopGrace, poll: cfg.CommandPoll, stmtTimeout: n.stmtTimeout,
+		metrics: n.metrics, log: n.log, loop: newLoop("command"),
+	}
 	n.renewer = &renewer{
 		store: s, owner: n.incarnation, attempts: n.attempts, clock: cfg.Clock,
 		ttl: cfg.TaskLeaseTTL, margin: taskLeaseMargin(cfg.TaskLeaseTTL), stmtTimeout: n.stmtTimeout,
@@ -397,9 +401,7 @@ func (n *Node) startLoops() {
 	must(n.rescuer.loop.start(ctx, n.rescuer.run))
 	// From boot, not from the first claim (DESIGN invariant 8): a command
 	// is never left waiting for this node to have had work.
-	must(n.commandLoop.start(ctx, func(ctx context.Context) {
-		every(ctx, c.Clock, c.CommandPoll, n.commandLoop.wake, true, n.commandPass)
-	}))
+	must(n.commander.loop.start(ctx, n.commander.run))
 	must(n.scheduleLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.SchedulePoll, n.scheduleLoop.wake, true, n.schedulePass)
 	}))

@@ -76,7 +76,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	}
 
 	// Stops keep being applied while handlers drain.
-	n.commandLoop.stop()
+	n.commander.loop.stop()
 	n.claimLoop.stopWithin(ctx)
 	n.completer.loop.stop() // writes every outcome queued so far
 	n.rescuer.loop.stop()
