@@ -420,6 +420,10 @@ func TestANodeNeverRunsANewAttemptBesideAnOldOneThatStillRuns(t *testing.T) {
 	}
 	n.claimLoop.poke()
 	eventually(t, "attempt 2 is claimed", func() bool { return b.get(t, tk.ID).Attempt == 2 })
+	// The pass that claimed it launches it before it ends: once a pass has
+	// ended after this point, attempt 2 has been launched, and given up.
+	passes := n.claimPasses.Load()
+	b.advanceUntil(t, "a claim pass ends", 100*time.Millisecond, func() bool { return n.claimPasses.Load() > passes })
 	eventually(t, "attempt 2 is given up unrun", func() bool {
 		for _, a := range n.attempts.ofTask(tk.ID) {
 			if a.ref.ClaimSeq == 2 {
@@ -428,6 +432,11 @@ func TestANodeNeverRunsANewAttemptBesideAnOldOneThatStillRuns(t *testing.T) {
 		}
 		return true
 	})
+	select {
+	case got := <-started:
+		t.Fatalf("attempt %d started while attempt 1's handler still ran", got)
+	default:
+	}
 	close(release) // attempt 1's handler returns at last
 	// Attempt 2's lease lapses; the rescue retries the task, and attempt 3
 	// runs alone.
