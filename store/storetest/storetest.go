@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Commands", func(t *testing.T) { testCommands(t, h) })
 	t.Run("Schedules", func(t *testing.T) { testSchedules(t, h) })
 	t.Run("Notifications", func(t *testing.T) { testNotifications(t, h) })
+	t.Run("Pipelines", func(t *testing.T) { testPipelines(t, h) })
 }
 
 // numBuckets is small so that tests can name every bucket.
