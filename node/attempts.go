@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,12 @@ type attempt struct {
 	leaseTimer clock.Timer
 	// stopBucketWatch ends the watch on the bucket's context.
 	stopBucketWatch func() bool
+	// appended are the pipeline steps the handler appended (task.Append),
+	// written with the attempt's outcome.
+	appended []task.Step
+	// depResults are the dependencies' results, read at the handler's
+	// first call for them (nil until then).
+	depResults map[string]json.RawMessage
 }
 
 func (a *attempt) fields() []zap.Field {
