@@ -1,8 +1,8 @@
 package node
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
