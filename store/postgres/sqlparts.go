@@ -210,6 +210,9 @@ func resolveSQL(fin string) string {
            min(f.ev_node) AS ev_node, min(f.epoch) AS epoch
     FROM fin f
     JOIN flotilla_task_deps d ON d.dep_id = f.id
+    -- A one-time filter: for a statement that ended no pipeline step,
+    -- neither side of the join is read, whatever plan the planner chose.
+    WHERE EXISTS (SELECT 1 FROM fin)
     GROUP BY d.task_id
 ), doomed(id, why, ev_node, epoch) AS (
     SELECT id, why, ev_node, epoch FROM direct WHERE why IS NOT NULL
@@ -233,7 +236,7 @@ func resolveSQL(fin string) string {
         finished_at = CASE WHEN p.why IS NOT NULL THEN statement_timestamp() END,
         updated_at = statement_timestamp()
     FROM plan p
-    WHERE t.id = p.id AND t.status = 'pending'
+    WHERE t.id = p.id AND t.status = 'pending' AND EXISTS (SELECT 1 FROM fin)
     RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, p.epoch, 'pending'::text AS old_status,
               coalesce(p.why, '` + store.ReasonDependenciesMet + `') AS reason, ''::text AS err, p.ev_node
 ), released_ev AS (
