@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,12 @@ type attempt struct {
 	leaseTimer clock.Timer
 	// stopBucketWatch ends the watch on the bucket's context.
 	stopBucketWatch func() bool
+	// appended are the pipeline steps the handler appended (task.Append),
+	// written with the attempt's outcome.
+	appended []task.Step
+	// depResults are the dependencies' results, read at the handler's
+	// first call for them (nil until then).
+	depResults map[string]json.RawMessage
 }
 
 func (a *attempt) fields() []zap.Field {

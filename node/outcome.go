@@ -28,14 +28,20 @@ import (
 // cause is the attempt context's cancellation cause, nil if it was not
 // cancelled.
 func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
-	tr := store.ActiveTransition{Ref: a.ref, Node: n.id}
+	// Steps the handler appended go with every outcome: the store writes
+	// them only with a move that ends the task.
+	tr := store.ActiveTransition{Ref: a.ref, Node: n.id, Append: a.takeAppended()}
 	if err == nil {
-		if validResult(a.view.Result) {
+		if len(a.view.Result) > task.MaxResultBytes {
+			err = fmt.Errorf("the handler succeeded but set a result of %d bytes, over the cap of %d (task.MaxResultBytes)",
+				len(a.view.Result), task.MaxResultBytes)
+		} else if validResult(a.view.Result) {
 			tr.To, tr.Reason, tr.Result = task.Succeeded, "handler returned", a.view.Result
 			return tr
+		} else {
+			err = fmt.Errorf("the handler succeeded but set a result that cannot be stored: it is not valid JSON, "+
+				"or it holds a NUL character (\\u0000) (%d bytes)", len(a.view.Result))
 		}
-		err = fmt.Errorf("the handler succeeded but set a result that cannot be stored: it is not valid JSON, "+
-			"or it holds a NUL character (\\u0000) (%d bytes)", len(a.view.Result))
 	}
 	retry := a.number < a.max && !errors.Is(err, task.ErrNoRetry)
 	switch {

@@ -164,6 +164,28 @@ type Store interface {
 	// still advances. Requests fail one by one, in their FireResult; the
 	// error is for the batch as a whole (invalid requests, the database).
 	FireSchedules(ctx context.Context, owner string, reqs []FireRequest) ([]FireResult, error)
+
+	// Pipelines
+
+	// CreatePipeline creates a pipeline and all its steps atomically (all
+	// or none), every step in the bucket of the pipeline's key. A step
+	// with no dependency is queued; the others are pending until their
+	// dependencies end (see PlanBirths). Steps are checked by CheckSteps.
+	// Stores with notifications announce the bucket when a step is queued.
+	CreatePipeline(ctx context.Context, p NewPipeline) (Pipeline, error)
+	// GetPipeline reads a pipeline with the current task of each step.
+	// ErrNotFound when there is no such pipeline.
+	GetPipeline(ctx context.Context, id int64) (Pipeline, error)
+	// DependencyResults reads the results of a task's dependencies, by step
+	// name (nil for a dependency that set none); empty for a task outside
+	// a pipeline. ErrNotFound when there is no such task.
+	DependencyResults(ctx context.Context, id int64) (map[string]json.RawMessage, error)
+	// RetryPipeline runs again, as new tasks, the step from and every
+	// descendant of it that did not succeed (RetryPlan), and nothing else:
+	// the old tasks keep their ends and trails. The new tasks depend on the
+	// new tasks of the steps run again, and on the current tasks of the
+	// others. It answers the pipeline as it is afterwards.
+	RetryPipeline(ctx context.Context, id int64, from string) (Pipeline, error)
 }
 
 // Notifier is implemented by stores that can push events (PostgreSQL's
@@ -330,6 +352,12 @@ type ActiveTransition struct {
 	Progress json.RawMessage // kept as is when nil
 	Delay    time.Duration
 	Node     string
+	// Append adds steps to the task's pipeline (see task.Task.Append) when
+	// the move ends the task (a terminal state), in the same transaction;
+	// a move that does not end it drops them. Steps that CheckAppend
+	// refuses, or appended by a task outside a pipeline, fail the task
+	// instead (stopped if a stop is pending), with an error saying why.
+	Append []task.Step
 }
 
 // Outcome is the answer to one ActiveTransition.

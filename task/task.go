@@ -54,6 +54,11 @@ type Task struct {
 	ScheduledFor time.Time // the tick it was fired for (zero without a schedule)
 	UniqueKey    string    // at most one unfinished task per unique key
 
+	// Pipeline is the id of the pipeline the task is a step of (0 for a
+	// task of its own), and Step its name there.
+	Pipeline int64
+	Step     string
+
 	CreatedAt  time.Time
 	StartedAt  time.Time // start of the latest attempt
 	FinishedAt time.Time // when it reached a terminal state

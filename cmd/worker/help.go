@@ -105,6 +105,22 @@ var examples = map[string][2]string{
 		"source <(worker completion bash)",
 		"worker completion fish > ~/.config/fish/completions/worker.fish",
 	},
+	"pipeline": {
+		"worker pipeline submit nightly.json",
+		"worker pipeline get 42 --json",
+	},
+	"pipeline submit": {
+		"worker pipeline submit nightly.json",
+		"worker pipeline submit --json nightly.json    # the pipeline with its tasks' ids",
+	},
+	"pipeline get": {
+		"worker pipeline get 42",
+		"worker pipeline get 42 --json",
+	},
+	"pipeline retry": {
+		"worker pipeline retry 42 --from report",
+		"worker pipeline retry 42 --from fetch --json",
+	},
 	"ui": {
 		"worker ui    # read-only, on 127.0.0.1:8089",
 		"worker ui --listen 127.0.0.1:9000 --token-file /etc/flotilla/ui-token",

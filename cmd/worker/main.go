@@ -124,6 +124,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			reconcileCommand(),
 			bucketOfCommand(),
 			scheduleCommand(),
+			pipelineCommand(),
 			benchCommand(),
 			completionCommand(),
 			uiCommand(),

@@ -182,15 +182,30 @@ func (db *database) advance(owner string, at store.ActiveTransition, now time.Ti
 	if err != nil {
 		return store.Outcome{ID: rec.ID, Status: rec.Status, Err: err}
 	}
+	var appended []task.Step
+	if len(at.Append) > 0 && to.Terminal() {
+		appended, err = db.checkAppend(rec, at.Append)
+		if err != nil {
+			// The attempt's work cannot be recorded as it asked: it fails,
+			// saying why (a pending stop still wins).
+			at.Error = err.Error()
+			at.Reason = "appending steps refused"
+			if to, err = db.destination(rec, task.Failed); err != nil {
+				return store.Outcome{ID: rec.ID, Status: rec.Status, Err: err}
+			}
+		}
+	}
 	if at.Result != nil {
 		rec.Result = jsonOrNull(at.Result)
 	}
 	if at.Progress != nil {
 		rec.Progress = jsonOrNull(at.Progress)
 	}
-	db.move(rec, to, moveDetails{
-		reason: at.Reason, errText: at.Error, node: at.Node, epoch: rec.Epoch, delay: at.Delay,
-	}, now)
+	m := moveDetails{reason: at.Reason, errText: at.Error, node: at.Node, epoch: rec.Epoch, delay: at.Delay}
+	db.move(rec, to, m, now)
+	if len(appended) > 0 {
+		db.appendSteps(rec, appended, m, now)
+	}
 	return store.Outcome{ID: rec.ID, Status: rec.Status}
 }
 

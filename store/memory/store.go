@@ -62,6 +62,12 @@ type database struct {
 
 	schedules map[string]*store.Schedule
 
+	pipelines []*pipelineRecord // pipeline id n is pipelines[n-1]
+	// dependents maps a pipeline task's id to the edges of the tasks that
+	// depend on it: what the PostgreSQL store's dependency table indexes by
+	// dependency.
+	dependents map[int64][]depEdge
+
 	// locked counts the LockTask holds on each task: what another
 	// transaction's row lock is in PostgreSQL. Renewal reports such a task
 	// busy, and a Transition with NoWait refuses it with ErrBusy.
@@ -95,6 +101,7 @@ func New(opts ...Option) *Store {
 		nodes:          map[string]*store.NodeInfo{},
 		commandsByTask: map[int64][]*store.Command{},
 		schedules:      map[string]*store.Schedule{},
+		dependents:     map[int64][]depEdge{},
 		subscriptions:  map[*subscription]struct{}{},
 	}
 	for _, opt := range opts {

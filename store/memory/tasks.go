@@ -16,6 +16,10 @@ import (
 type taskRecord struct {
 	task.Task
 	events []task.Event
+
+	// A pipeline step's dependencies, and how many of them have not ended.
+	deps     []depLink
+	depsLeft int
 }
 
 // fireKey names one tick of one schedule.
@@ -469,6 +473,11 @@ func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now tim
 		Reason:  m.reason,
 		Error:   m.errText,
 	})
+	if to.Terminal() && rec.Pipeline != 0 {
+		// In the same step as the move, as the PostgreSQL store does it in
+		// the same statement: release or skip the steps that wait for it.
+		db.resolveDependents(rec, m, now)
+	}
 }
 
 // announceTasks tells listeners that tasks became claimable in buckets.

@@ -271,7 +271,7 @@ func (s *Store) RenewTaskLeases(ctx context.Context, owner string, refs []task.R
 // allows and writes their events. The last SELECT answers every input in
 // order, with what it needs to explain a refusal.
 var advanceSQL = `
-WITH b AS (
+WITH RECURSIVE b AS (
     SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
                          $8::text[], $9::bigint[], $10::text[])
          WITH ORDINALITY AS b(id, claim_seq, want, reason, err, result, progress, delay_us, node, ord)
@@ -300,13 +300,16 @@ WITH b AS (
     WHERE t.id = c.id
       AND ` + movedAllowedSQL("c.old_status", "c.dest", "c.want", "$11", "$12") + `
     RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, t.epoch, c.old_status, c.reason, c.err,
-              c.node AS ev_node, c.ord
+              c.node AS ev_node, c.ord, t.pipeline_id
 ), ev AS (
     ` + eventInsertSQL("moved") + `
-), ` + ackLeftSQL("moved") + `
+), ` + ackLeftSQL("moved") + `, ` + resolveSQL(`SELECT id, status, pipeline_id, ev_node, epoch FROM moved`) + `
 SELECT b.ord, m.status, m.bucket, c.old_status, c.dest,
        -- Only for inputs that were fenced or name no task.
-       CASE WHEN c.ord IS NULL THEN (SELECT status FROM flotilla_tasks WHERE id = b.id) END
+       CASE WHEN c.ord IS NULL THEN (SELECT status FROM flotilla_tasks WHERE id = b.id) END,
+       -- The buckets of the steps this statement released, on the first
+       -- row only.
+       CASE WHEN b.ord = 1 THEN (SELECT array_agg(DISTINCT bucket) FROM released WHERE status = 'queued') END
 FROM b
 LEFT JOIN cur c ON c.ord = b.ord
 LEFT JOIN moved m ON m.ord = b.ord
@@ -351,6 +354,11 @@ func (s *Store) AdvanceActive(ctx context.Context, owner string, batch []store.A
 }
 
 func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveTransition) ([]store.Outcome, error) {
+	for _, at := range batch {
+		if len(at.Append) > 0 {
+			return s.advanceAppending(ctx, owner, batch)
+		}
+	}
 	n := len(batch)
 	var (
 		ids, seqs, delays           = make([]int64, n), make([]int64, n), make([]int64, n)
@@ -410,10 +418,12 @@ func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransiti
 			ord                            int64
 			moved, from, dest, statusAfter pgtype.Text
 			movedBucket                    pgtype.Int4
+			released                       []int32
 		)
-		if err := rows.Scan(&ord, &moved, &movedBucket, &from, &dest, &statusAfter); err != nil {
+		if err := rows.Scan(&ord, &moved, &movedBucket, &from, &dest, &statusAfter, &released); err != nil {
 			return nil, nil, err
 		}
+		claimable = append(claimable, ints(released)...)
 		at := batch[ord-1]
 		o := store.Outcome{ID: at.Ref.ID}
 		switch {

@@ -16,7 +16,7 @@ var taskColumnNames = []string{
 	"id", "kind", "key", "bucket", "status", "status_version", "priority", "run_at", "attempt",
 	"max_attempts", "timeout_ms", "payload", "result", "progress", "error", "claim_seq", "owner", "node",
 	"epoch", "lease_expires_at", "schedule", "scheduled_for", "unique_key", "created_at", "started_at",
-	"finished_at", "updated_at", "stop_requested", "pause_requested",
+	"finished_at", "updated_at", "stop_requested", "pause_requested", "pipeline_id", "step",
 }
 
 // taskColumns is taskColumnNames as a select list; taskColumnsOf(alias)
@@ -43,6 +43,8 @@ type taskRow struct {
 	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
 	startedAt, finishedAt                         pgtype.Timestamptz
 	stopRequested, pauseRequested                 bool
+	pipeline                                      pgtype.Int8
+	step                                          pgtype.Text
 }
 
 func (r *taskRow) dest() []any {
@@ -50,7 +52,7 @@ func (r *taskRow) dest() []any {
 		&r.id, &r.kind, &r.key, &r.bucket, &r.status, &r.statusVersion, &r.priority, &r.runAt, &r.attempt,
 		&r.maxAttempts, &r.timeoutMS, &r.payload, &r.result, &r.progress, &r.errText, &r.claimSeq, &r.owner, &r.node,
 		&r.epoch, &r.leaseExpiresAt, &r.schedule, &r.scheduledFor, &r.uniqueKey, &r.createdAt, &r.startedAt,
-		&r.finishedAt, &r.updatedAt, &r.stopRequested, &r.pauseRequested,
+		&r.finishedAt, &r.updatedAt, &r.stopRequested, &r.pauseRequested, &r.pipeline, &r.step,
 	}
 }
 
@@ -85,6 +87,8 @@ func (r *taskRow) task() *task.Task {
 		UpdatedAt:      r.updatedAt.UTC(),
 		StopRequested:  r.stopRequested,
 		PauseRequested: r.pauseRequested,
+		Pipeline:       r.pipeline.Int64,
+		Step:           r.step.String,
 	}
 }
 

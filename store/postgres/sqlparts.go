@@ -205,3 +205,86 @@ func attemptIsCurrentSQL(t, wantSeq, owner, leaseCond string) string {
 	}
 	return cond + `)`
 }
+
+// resolveSQL returns the CTEs that release and skip, in the statement that
+// ends them, the steps waiting for the pipeline tasks that fin (a SELECT of
+// id, status, pipeline_id, ev_node and epoch of the tasks the statement
+// moved) lists in a final state. The statement must be WITH RECURSIVE. The
+// CTE released yields the steps moved, with their bucket and new status.
+//
+// Each pending dependent loses one dependency left per dependency ended
+// here (direct); one whose policy does not accept how a dependency ended is
+// skipped, with every pending descendant (doomed, which walks the
+// dependency table down from it). The decrement is made on the locked row,
+// so that a dependency ended by a concurrent transaction is counted once:
+// the UPDATE waits for that transaction and applies to what it left. Tasks
+// outside pipelines have no pipeline_id, so fin is empty for them and none
+// of this reads a row.
+func resolveSQL(fin string) string {
+	return `fin AS (
+    SELECT f.* FROM (` + fin + `) f
+    WHERE f.pipeline_id IS NOT NULL AND f.status IN ` + terminalStatusesSQL + `
+), direct AS (
+    SELECT d.task_id AS id, count(*)::int AS n,
+           min(CASE WHEN NOT ` + acceptsSQL("d.on_policy", "f.status") + `
+                    THEN ` + dependencyEndReasonSQL("d.dep_step", "f.status", "d.on_policy") + ` END) AS why,
+           min(f.ev_node) AS ev_node, min(f.epoch) AS epoch
+    FROM fin f
+    JOIN flotilla_task_deps d ON d.dep_id = f.id
+    -- A one-time filter: for a statement that ended no pipeline step,
+    -- neither side of the join is read, whatever plan the planner chose.
+    WHERE EXISTS (SELECT 1 FROM fin)
+    GROUP BY d.task_id
+), doomed(id, why, ev_node, epoch) AS (
+    SELECT id, why, ev_node, epoch FROM direct WHERE why IS NOT NULL
+    UNION
+    SELECT d.task_id, 'dependency ' || d.dep_step || ' was skipped', x.ev_node, x.epoch
+    FROM doomed x
+    JOIN flotilla_task_deps d ON d.dep_id = x.id
+), plan AS (
+    SELECT coalesce(dm.id, dr.id) AS id, dm.why, coalesce(dr.n, 0) AS n,
+           coalesce(dm.ev_node, dr.ev_node) AS ev_node, coalesce(dm.epoch, dr.epoch) AS epoch
+    FROM (SELECT id, min(why) AS why, min(ev_node) AS ev_node, min(epoch) AS epoch FROM doomed GROUP BY id) dm
+    FULL JOIN direct dr ON dr.id = dm.id
+), released AS (
+    UPDATE flotilla_tasks t SET
+        status = CASE WHEN p.why IS NOT NULL THEN 'skipped'
+                      WHEN t.deps_left - p.n <= 0 THEN 'queued'
+                      ELSE 'pending' END,
+        status_version = t.status_version + CASE WHEN p.why IS NOT NULL OR t.deps_left - p.n <= 0 THEN 1 ELSE 0 END,
+        deps_left = greatest(t.deps_left - p.n, 0),
+        run_at = CASE WHEN p.why IS NULL AND t.deps_left - p.n <= 0 THEN statement_timestamp() ELSE t.run_at END,
+        finished_at = CASE WHEN p.why IS NOT NULL THEN statement_timestamp() END,
+        updated_at = statement_timestamp()
+    FROM plan p
+    WHERE t.id = p.id AND t.status = 'pending' AND EXISTS (SELECT 1 FROM fin)
+    RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, p.epoch, 'pending'::text AS old_status,
+              coalesce(p.why, '` + store.ReasonDependenciesMet + `') AS reason, ''::text AS err, p.ev_node
+), released_ev AS (
+    ` + eventInsertSQL(`released WHERE status <> 'pending'`) + `
+)`
+}
+
+// acceptsSQL is task.Accepts in SQL: whether a dependency that ended in
+// status lets a step with policy on run.
+func acceptsSQL(on, status string) string {
+	return `(CASE ` + on + `
+        WHEN '` + task.OnAny + `' THEN ` + status + ` <> 'skipped'
+        WHEN '` + task.OnFailure + `' THEN ` + status + ` NOT IN ('succeeded', 'skipped')
+        ELSE ` + status + ` = 'succeeded' END)`
+}
+
+// dependencyEndReasonSQL is store.DependencyEndReason in SQL.
+func dependencyEndReasonSQL(step, status, on string) string {
+	return `CASE WHEN ` + status + ` = 'skipped' THEN 'dependency ' || ` + step + ` || ' was skipped'
+         ELSE 'dependency ' || ` + step + ` || ' ended ' || ` + status + ` || '; this step runs on ' || ` + on + ` END`
+}
+
+// ints turns an int4 array read from the database into ints.
+func ints(in []int32) []int {
+	out := make([]int, len(in))
+	for i, v := range in {
+		out[i] = int(v)
+	}
+	return out
+}

@@ -458,7 +458,7 @@ func (s *Store) TaskEvents(ctx context.Context, id int64) ([]task.Event, error) 
 // answers what it found, so that a refusal can be explained without
 // another round trip. No row at all means there is no such task.
 var transitionSQL = `
-WITH cur AS (
+WITH RECURSIVE cur AS (
     SELECT t.id, t.status AS old_status, t.status_version AS old_version,
            (NOT $9::bool OR EXISTS (
                 SELECT 1 FROM flotilla_bucket_leases l
@@ -479,9 +479,9 @@ WITH cur AS (
     RETURNING ` + taskColumnsOf("t") + `, c.old_status, $6::text AS ev_node, $4::text AS reason, c.err
 ), ev AS (
     ` + eventInsertSQL(`(SELECT id, status_version, old_status, status, ev_node, $7::bigint AS epoch, attempt, reason, err FROM moved) m`) + `
-), ` + ackLeftSQL("moved") + `
+), ` + ackLeftSQL("moved") + `, ` + resolveSQL(`SELECT id, status, pipeline_id, ev_node, $7::bigint AS epoch FROM moved`) + `
 SELECT c.old_status, c.old_version, c.guard_ok, c.dest, c.allowed, m.id IS NOT NULL,
-       ` + taskColumnsOf("m") + `
+       ` + taskColumnsOf("m") + `, (SELECT array_agg(DISTINCT bucket) FROM released WHERE status = 'queued')
 FROM c LEFT JOIN moved m ON true`
 
 // lockTaskSQL and lockTaskNoWaitSQL lock the task a transition moves, in a
@@ -515,7 +515,9 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 		r                         taskRow
 		m                         nullableTaskRow
 	)
+	var releasedIn []int32
 	dst := append([]any{&oldStatus, &oldVersion, &guardOK, &dest, &allowed, &applied}, m.dest()...)
+	dst = append(dst, &releasedIn)
 	lock := lockTaskSQL
 	if tr.NoWait {
 		lock = lockTaskNoWaitSQL
@@ -540,9 +542,11 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 	case applied:
 		m.into(&r)
 		t := r.task()
+		due := ints(releasedIn)
 		if claimableNow(t.Status, tr.Delay) {
-			s.announce(ctx, []int{t.Bucket})
+			due = append(due, t.Bucket)
 		}
+		s.announce(ctx, due)
 		return t, nil
 	case oldVersion != tr.Version:
 		return nil, fmt.Errorf("task %d is at status_version %d, not %d: %w", tr.ID, oldVersion, tr.Version, store.ErrConflict)
@@ -588,6 +592,8 @@ type nullableTaskRow struct {
 	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
 	startedAt, finishedAt                         pgtype.Timestamptz
 	stopRequested, pauseRequested                 pgtype.Bool
+	pipeline                                      pgtype.Int8
+	step                                          pgtype.Text
 }
 
 func (n *nullableTaskRow) dest() []any {
@@ -595,7 +601,7 @@ func (n *nullableTaskRow) dest() []any {
 		&n.id, &n.kind, &n.key, &n.bucket, &n.status, &n.statusVersion, &n.priority, &n.runAt, &n.attempt,
 		&n.maxAttempts, &n.timeoutMS, &n.payload, &n.result, &n.progress, &n.errText, &n.claimSeq, &n.owner, &n.node,
 		&n.epoch, &n.leaseExpiresAt, &n.schedule, &n.scheduledFor, &n.uniqueKey, &n.createdAt, &n.startedAt,
-		&n.finishedAt, &n.updatedAt, &n.stopRequested, &n.pauseRequested,
+		&n.finishedAt, &n.updatedAt, &n.stopRequested, &n.pauseRequested, &n.pipeline, &n.step,
 	}
 }
 
@@ -611,5 +617,6 @@ func (n *nullableTaskRow) into(r *taskRow) {
 		leaseExpiresAt: n.leaseExpiresAt, scheduledFor: n.scheduledFor,
 		startedAt: n.startedAt, finishedAt: n.finishedAt,
 		stopRequested: n.stopRequested.Bool, pauseRequested: n.pauseRequested.Bool,
+		pipeline: n.pipeline, step: n.step,
 	}
 }

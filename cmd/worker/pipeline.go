@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// pipelineFile is the format of `worker pipeline submit FILE.json`:
+//
+//	{"name": "nightly", "key": "tenant-7", "tasks": [
+//	  {"name": "fetch", "kind": "sleep", "payload": {"ms": 10}},
+//	  {"name": "report", "kind": "noop", "depends_on": ["fetch"], "on": "success"}]}
+//
+// "key" is optional (default: the name plus the pipeline's id); each task
+// has a name unique in the file, a kind, and optionally a payload (any
+// JSON), priority, max_attempts, timeout (a Go duration, "30s"),
+// depends_on (names of other tasks of the file) and on, the policy for all
+// of its dependencies: "success" (the default), "any" or "failure". Unknown
+// fields are refused.
+type pipelineFile struct {
+	Name  string             `json:"name"`
+	Key   string             `json:"key"`
+	Tasks []pipelineFileTask `json:"tasks"`
+}
+
+type pipelineFileTask struct {
+	Name        string          `json:"name"`
+	Kind        string          `json:"kind"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    int             `json:"priority"`
+	MaxAttempts int             `json:"max_attempts"`
+	Timeout     string          `json:"timeout"`
+	DependsOn   []string        `json:"depends_on"`
+	On          string          `json:"on"`
+}
+
+// parsePipeline reads and checks a pipeline file; every error is invalid
+// input, naming the problem.
+func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var f pipelineFile
+	if err := dec.Decode(&f); err != nil {
+		return flotilla.PipelineRequest{}, fmt.Errorf("%s: not a pipeline file: %w", source, err)
+	}
+	if dec.More() {
+		return flotilla.PipelineRequest{}, fmt.Errorf("%s: more than one JSON document", source)
+	}
+	if strings.TrimSpace(f.Name) == "" {
+		return flotilla.PipelineRequest{}, fmt.Errorf(`%s: the pipeline has no "name"`, source)
+	}
+	req := flotilla.PipelineRequest{Name: f.Name, Key: f.Key}
+	for i, t := range f.Tasks {
+		s := task.Step{Name: t.Name, Kind: t.Kind, Payload: t.Payload, Priority: t.Priority, MaxAttempts: t.MaxAttempts}
+		if t.Timeout != "" {
+			d, err := time.ParseDuration(t.Timeout)
+			if err != nil {
+				return flotilla.PipelineRequest{}, fmt.Errorf("%s: task %d (%q): timeout %q is not a duration such as 30s", source, i, t.Name, t.Timeout)
+			}
+			s.Timeout = d
+		}
+		if t.On != "" && len(t.DependsOn) == 0 {
+			return flotilla.PipelineRequest{}, fmt.Errorf(`%s: task %q has "on": %q but no "depends_on"`, source, t.Name, t.On)
+		}
+		for _, d := range t.DependsOn {
+			s.DependsOn = append(s.DependsOn, task.Dependency{Step: d, On: t.On})
+		}
+		req.Steps = append(req.Steps, s)
+	}
+	if _, err := store.CheckSteps(req.Steps, nil, nil); err != nil {
+		return flotilla.PipelineRequest{}, fmt.Errorf("%s: %w", source, err)
+	}
+	return req, nil
+}
+
+func pipelineCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "pipeline",
+		Usage: "submit, show and retry pipelines: tasks that wait for other tasks",
+		Subcommands: []*cli.Command{
+			pipelineSubmitCommand(),
+			pipelineGetCommand(),
+			pipelineRetryCommand(),
+		},
+	}
+}
+
+func pipelineSubmitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "submit",
+		Usage:     "submit a pipeline from a JSON file (- for standard input); prints its id",
+		ArgsUsage: "FILE.json",
+		Flags: commonFlags(
+			&cli.BoolFlag{Name: "allow-unowned", Usage: "accept a pipeline whose bucket no live node holds"},
+			&cli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept steps whose kind the bucket's holder does not run"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
+				return invalid(fmt.Errorf("pipeline submit takes one file, got %d arguments", len(args)))
+			}
+			var body []byte
+			if args[0] == "-" {
+				body, err = io.ReadAll(c.App.Reader)
+			} else {
+				body, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return invalid(fmt.Errorf("read pipeline file: %w", err))
+			}
+			req, err := parsePipeline(bytes.NewReader(body), args[0])
+			if err != nil {
+				return invalid(err)
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			var opts []flotilla.SubmitOption
+			if c.Bool("allow-unowned") {
+				opts = append(opts, flotilla.AllowUnowned())
+			}
+			if c.Bool("allow-unknown-kind") {
+				opts = append(opts, flotilla.AllowUnknownKind())
+			}
+			p, err := client.SubmitPipeline(c.Context, req, opts...)
+			if err != nil {
+				return classify(err)
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, newPipelineJSON(p))
+			}
+			fmt.Fprintln(c.App.Writer, p.ID)
+			return nil
+		},
+	}
+}
+
+func pipelineGetCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "get",
+		Usage:     "show a pipeline as a tree, with each step's state, attempts and duration",
+		ArgsUsage: "ID",
+		Flags:     commonFlags(jsonFlag),
+		Action: func(c *cli.Context) error {
+			id, err := pipelineID(c)
+			if err != nil {
+				return err
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			p, err := client.GetPipeline(c.Context, id)
+			if err != nil {
+				return classify(err)
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, newPipelineJSON(p))
+			}
+			printPipeline(c.App.Writer, p)
+			return nil
+		},
+	}
+}
+
+func pipelineRetryCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "retry",
+		Usage:     "run a step that did not succeed again, with its descendants that did not succeed, and nothing else",
+		ArgsUsage: "ID --from NAME",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "from", Usage: "the step to run again (required)"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			id, err := pipelineID(c)
+			if err != nil {
+				return err
+			}
+			from := c.String("from")
+			if from == "" {
+				return invalid(errors.New("pipeline retry needs --from NAME, the step to run again"))
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			p, err := client.RetryPipeline(c.Context, id, from)
+			switch {
+			case errors.Is(err, store.ErrConflict):
+				return refused(err)
+			case err != nil:
+				return classify(err)
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, newPipelineJSON(p))
+			}
+			printPipeline(c.App.Writer, p)
+			return nil
+		},
+	}
+}
+
+func pipelineID(c *cli.Context) (int64, error) {
+	args, err := positional(c)
+	if err != nil {
+		return 0, err
+	}
+	if len(args) != 1 {
+		return 0, invalid(fmt.Errorf("%s takes one pipeline ID, got %d arguments", c.Command.FullName(), len(args)))
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || id <= 0 {
+		return 0, invalid(fmt.Errorf("pipeline ID %q is not a positive integer", args[0]))
+	}
+	return id, nil
+}
+
+type pipelineJSON struct {
+	ID        int64              `json:"id"`
+	Name      string             `json:"name"`
+	Key       string             `json:"key"`
+	Bucket    int                `json:"bucket"`
+	Status    string             `json:"status"`
+	CreatedAt any                `json:"created_at"`
+	Tasks     []pipelineStepJSON `json:"tasks"`
+}
+
+type pipelineStepJSON struct {
+	Name       string            `json:"name"`
+	TaskID     int64             `json:"task_id"`
+	Kind       string            `json:"kind"`
+	Status     task.Status       `json:"status"`
+	Attempt    int               `json:"attempt"`
+	Tries      int               `json:"tries"`
+	DependsOn  []task.Dependency `json:"depends_on"`
+	Error      string            `json:"error,omitempty"`
+	Result     json.RawMessage   `json:"result,omitempty"`
+	StartedAt  any               `json:"started_at"`
+	FinishedAt any               `json:"finished_at"`
+}
+
+func newPipelineJSON(p store.Pipeline) pipelineJSON {
+	out := pipelineJSON{ID: p.ID, Name: p.Name, Key: p.Key, Bucket: p.Bucket, Status: p.Status(),
+		CreatedAt: jsonTime(p.CreatedAt), Tasks: []pipelineStepJSON{}}
+	for _, s := range p.Steps {
+		deps := s.DependsOn
+		if deps == nil {
+			deps = []task.Dependency{}
+		}
+		out.Tasks = append(out.Tasks, pipelineStepJSON{
+			Name: s.Name, TaskID: s.Task.ID, Kind: s.Task.Kind, Status: s.Task.Status, Attempt: s.Task.Attempt,
+			Tries: s.Tries, DependsOn: deps, Error: s.Task.Error, Result: s.Task.Result,
+			StartedAt: jsonTime(s.Task.StartedAt), FinishedAt: jsonTime(s.Task.FinishedAt),
+		})
+	}
+	return out
+}
+
+// printPipeline draws the pipeline as a tree: each step under the steps it
+// depends on. A step with several dependencies is drawn in full under the
+// first and named again, with "(see above)", under the others.
+func printPipeline(w io.Writer, p store.Pipeline) {
+	fmt.Fprintf(w, "pipeline %d %s  key %s  bucket %d  %s\n", p.ID, p.Name, p.Key, p.Bucket, p.Status())
+	children := map[string][]string{}
+	var roots []string
+	for _, s := range p.Steps {
+		if len(s.DependsOn) == 0 {
+			roots = append(roots, s.Name)
+		}
+		for _, d := range s.DependsOn {
+			children[d.Step] = append(children[d.Step], s.Name)
+		}
+	}
+	drawn := map[string]bool{}
+	var draw func(name, indent string, last bool, edge string)
+	draw = func(name, indent string, last bool, edge string) {
+		branch, next := "├─ ", "│  "
+		if last {
+			branch, next = "└─ ", "   "
+		}
+		s, _ := p.Step(name)
+		if drawn[name] {
+			fmt.Fprintf(w, "%s%s%s%s (see above)\n", indent, branch, edge, name)
+			return
+		}
+		drawn[name] = true
+		fmt.Fprintf(w, "%s%s%s%s\n", indent, branch, edge, stepLine(s))
+		kids := children[name]
+		for i, k := range kids {
+			ks, _ := p.Step(k)
+			on := ""
+			for _, d := range ks.DependsOn {
+				if d.Step == name && d.Policy() != task.OnSuccess {
+					on = "[on " + d.Policy() + "] "
+				}
+			}
+			draw(k, indent+next, i == len(kids)-1, on)
+		}
+	}
+	for i, r := range roots {
+		draw(r, "", i == len(roots)-1, "")
+	}
+}
+
+func stepLine(s store.PipelineStep) string {
+	t := s.Task
+	line := fmt.Sprintf("%s  %s  task %d  attempts %d", s.Name, t.Status, t.ID, t.Attempt)
+	if !t.StartedAt.IsZero() {
+		end := t.FinishedAt
+		if end.IsZero() {
+			end = t.UpdatedAt
+		}
+		line += "  " + end.Sub(t.StartedAt).Round(time.Millisecond).String()
+	}
+	if s.Tries > 1 {
+		line += fmt.Sprintf("  (try %d)", s.Tries)
+	}
+	if t.Error != "" {
+		line += "  error: " + firstLine(t.Error)
+	}
+	return line
+}

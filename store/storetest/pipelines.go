@@ -1,0 +1,388 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// testPipelines holds the pipeline contract: a step waits in pending until
+// its dependencies end, is released or skipped in the same write that ends
+// its last (or first refused) dependency, reads its dependencies' results,
+// may have steps appended with its outcome, fenced like it, and a retry runs
+// a step and its unsucceeded descendants again and nothing else.
+func testPipelines(t *testing.T, h Harness) {
+	t.Run("ReleasedOnSuccessInTheCompletingWrite", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("release", step("a"), step("b"), step("c", "a", "b"))
+		c := stepTask(t, p, "c")
+		if c.Status != task.Pending {
+			t.Fatalf("c starts %s, want pending", c.Status)
+		}
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		if got := names(claimed); got != "a b" {
+			t.Fatalf("claimed %q, want a and b only: c waits for them", got)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.get(c.ID); got.Status != task.Pending {
+			t.Fatalf("c is %s after one of its two dependencies, want pending", got.Status)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[1].Ref(), To: task.Succeeded})
+		if got := b.get(c.ID); got.Status != task.Queued {
+			t.Fatalf("c is %s after its last dependency succeeded, want queued", got.Status)
+		}
+		evs := checkTrail(b, c.ID)
+		last := evs[len(evs)-1]
+		if last.From != task.Pending || last.To != task.Queued || last.Reason != store.ReasonDependenciesMet || last.Node != nodeOf("x") {
+			t.Errorf("c's release is audited as %+v, want pending -> queued (%s) by %s", last, store.ReasonDependenciesMet, nodeOf("x"))
+		}
+		if got := names(b.claim("x", held, 10)); got != "c" {
+			t.Errorf("then claimed %q, want c", got)
+		}
+	})
+
+	t.Run("EveryStepInThePipelineKeysBucket", func(t *testing.T) {
+		b := setup(t, h)
+		policy, _ := bucket.NewPolicy(numBuckets)
+		keyed := b.pipelineKey("keyed", "tenant-7", step("a"), step("b", "a"), step("c", "a"))
+		unkeyed := b.pipeline("nightly", step("a"), step("b", "a"))
+		for _, p := range []store.Pipeline{keyed, unkeyed} {
+			wantKey := p.Key
+			if p.Name == "nightly" {
+				wantKey = "nightly-" + itoa(p.ID)
+			}
+			if p.Key != wantKey || p.Bucket != policy.Of(wantKey) {
+				t.Errorf("pipeline %s: key %q bucket %d, want %q bucket %d", p.Name, p.Key, p.Bucket, wantKey, policy.Of(wantKey))
+			}
+			for _, s := range p.Steps {
+				if s.Task.Bucket != p.Bucket || s.Task.Key != p.Key || s.Task.Pipeline != p.ID || s.Task.Step != s.Name {
+					t.Errorf("step %s: bucket %d key %q pipeline %d step %q", s.Name, s.Task.Bucket, s.Task.Key, s.Task.Pipeline, s.Task.Step)
+				}
+			}
+		}
+	})
+
+	t.Run("ASkipRunsDownAChain", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("chain", step("a"), step("b", "a"), step("c", "b"), step("d", "c"))
+		b.drive(p, map[string]task.Status{"a": task.Failed})
+		got := b.statuses(p)
+		if got != "a=failed b=skipped c=skipped d=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+		wantReason := map[string]string{
+			"b": "dependency a ended failed; this step runs on success",
+			"c": "dependency b was skipped",
+			"d": "dependency c was skipped",
+		}
+		for name, reason := range wantReason {
+			evs := checkTrail(b, stepTask(t, p, name).ID)
+			if last := evs[len(evs)-1]; last.Reason != reason || last.From != task.Pending {
+				t.Errorf("%s skipped with %+v, want reason %q", name, last, reason)
+			}
+		}
+	})
+
+	t.Run("ASkipRunsThroughADiamond", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("diamond", step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c"), step("e", "d"))
+		b.drive(p, map[string]task.Status{"b": task.Failed})
+		if got := b.statuses(p); got != "a=succeeded b=failed c=succeeded d=skipped e=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+	})
+
+	t.Run("EachPolicy", func(t *testing.T) {
+		for _, tc := range []struct {
+			on     string
+			parent task.Status
+			want   task.Status
+		}{
+			{"", task.Succeeded, task.Succeeded},
+			{task.OnSuccess, task.Failed, task.Skipped},
+			{task.OnAny, task.Succeeded, task.Succeeded},
+			{task.OnAny, task.Failed, task.Succeeded},
+			{task.OnFailure, task.Failed, task.Succeeded},
+			{task.OnFailure, task.Succeeded, task.Skipped},
+			{task.OnFailure, task.TimedOut, task.Succeeded},
+		} {
+			t.Run(tc.on+"/"+string(tc.parent), func(t *testing.T) {
+				b := setup(t, h)
+				child := step("child")
+				child.DependsOn = []task.Dependency{{Step: "parent", On: tc.on}}
+				p := b.pipeline("policy", step("parent"), child)
+				b.drive(p, map[string]task.Status{"parent": tc.parent})
+				if got := b.getPipeline(p.ID); stepTask(t, got, "child").Status != tc.want {
+					t.Errorf("child is %s, want %s", stepTask(t, got, "child").Status, tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("ATransitionEndingAStepResolvesItsDependents", func(t *testing.T) {
+		// Ends made by Transition (an operator's cancel, a rescue's lost)
+		// release and skip like a completion.
+		b := setup(t, h)
+		cleanup := step("cleanup")
+		cleanup.DependsOn = []task.Dependency{{Step: "a", On: task.OnFailure}}
+		p := b.pipeline("cancel", step("a"), step("b", "a"), cleanup)
+		a := stepTask(t, p, "a")
+		if _, err := b.s.Transition(b.ctx, store.Transition{ID: a.ID, Version: a.StatusVersion, To: task.Cancelled, Node: "op"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.statuses(p); got != "a=cancelled b=skipped cleanup=queued" {
+			t.Fatalf("statuses %s", got)
+		}
+		checkTrail(b, stepTask(t, p, "cleanup").ID)
+	})
+
+	t.Run("ResultsArePassed", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("results", step("a"), step("b"), step("c"), step("fanin", "a", "b", "c"))
+		held := b.hold("x", p.Bucket)
+		results := map[string]string{"a": `{"rows": 1}`, "b": `[1, 2]`}
+		for _, tk := range b.claim("x", held, 10) {
+			at := store.ActiveTransition{Ref: tk.Ref(), To: task.Succeeded}
+			if r, ok := results[tk.Step]; ok {
+				at.Result = json.RawMessage(r)
+			}
+			b.advance("x", at)
+		}
+		got, err := b.s.DependencyResults(b.ctx, stepTask(t, p, "fanin").ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || !sameJSON(got["a"], results["a"]) || !sameJSON(got["b"], results["b"]) || got["c"] != nil {
+			t.Errorf("dependency results %v, want a, b and c (nil)", stringsOf(got))
+		}
+		if _, err := b.s.DependencyResults(b.ctx, 1_000_000); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("results of a missing task: %v, want store.ErrNotFound", err)
+		}
+	})
+
+	t.Run("AppendIsWrittenWithTheOutcomeAndFenced", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("append", step("a"), step("z"))
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		a := claimed[0]
+		more := []task.Step{step("a1"), step("a2", "a1")}
+		// A stale incarnation's append is refused with its outcome.
+		if out := b.advance("x-old", store.ActiveTransition{Ref: a.Ref(), To: task.Succeeded, Append: more}); !errors.Is(out.Err, store.ErrFenced) {
+			t.Fatalf("append by a stale attempt: %+v, want store.ErrFenced", out)
+		}
+		if got := b.getPipeline(p.ID); len(got.Steps) != 2 {
+			t.Fatalf("a fenced append added steps: %s", b.statuses(got))
+		}
+		// A retried attempt drops what it appended.
+		b.advance("x", store.ActiveTransition{Ref: a.Ref(), To: task.Retrying, Append: more})
+		if got := b.getPipeline(p.ID); len(got.Steps) != 2 {
+			t.Fatalf("a retried attempt's append was written: %s", b.statuses(got))
+		}
+		a = b.claim("x", held, 10)[0]
+		if out := b.advance("x", store.ActiveTransition{Ref: a.Ref(), To: task.Succeeded, Append: more}); out.Err != nil || out.Status != task.Succeeded {
+			t.Fatalf("append with success: %+v", out)
+		}
+		got := b.getPipeline(p.ID)
+		if s := b.statuses(got); s != "a=succeeded z=running a1=queued a2=pending" {
+			t.Fatalf("after the append: %s", s)
+		}
+		a1 := stepTask(t, got, "a1")
+		if a1.Bucket != p.Bucket || a1.Pipeline != p.ID {
+			t.Errorf("appended step in bucket %d pipeline %d", a1.Bucket, a1.Pipeline)
+		}
+		// Every appended step depends on its appender as well.
+		if s, _ := got.Step("a2"); len(s.DependsOn) != 2 || s.DependsOn[0].Step != "a" || s.DependsOn[1].Step != "a1" {
+			t.Errorf("a2 depends on %+v, want a and a1", s.DependsOn)
+		}
+		// An append that names a step the pipeline has fails its task.
+		z := stepTask(t, got, "z")
+		out := b.advance("x", store.ActiveTransition{Ref: z.Ref(), To: task.Succeeded, Append: []task.Step{step("a1")}})
+		if out.Err != nil || out.Status != task.Failed {
+			t.Fatalf("an append of a taken name: %+v, want the task failed", out)
+		}
+		if zt := b.get(z.ID); !strings.Contains(zt.Error, `"a1"`) {
+			t.Errorf("the failed append's error %q does not name the step", zt.Error)
+		}
+	})
+
+	t.Run("RetryFromAStep", func(t *testing.T) {
+		b := setup(t, h)
+		p := b.pipeline("retry", step("a"), step("b", "a"), step("c", "b"), step("d", "a"), step("e", "c", "d"))
+		b.drive(p, map[string]task.Status{"b": task.Failed})
+		before := b.getPipeline(p.ID)
+		if got := b.statuses(before); got != "a=succeeded b=failed c=skipped d=succeeded e=skipped" {
+			t.Fatalf("before the retry: %s", got)
+		}
+		if _, err := b.s.RetryPipeline(b.ctx, p.ID, "d"); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("retry from a succeeded step: %v, want store.ErrConflict", err)
+		}
+		if _, err := b.s.RetryPipeline(b.ctx, p.ID, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("retry from a missing step: %v, want store.ErrNotFound", err)
+		}
+		after, err := b.s.RetryPipeline(b.ctx, p.ID, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.statuses(after); got != "a=succeeded b=queued c=pending d=succeeded e=pending" {
+			t.Fatalf("after the retry: %s", got)
+		}
+		for _, name := range []string{"a", "d"} {
+			if stepTask(t, after, name).ID != stepTask(t, before, name).ID {
+				t.Errorf("step %s was run again", name)
+			}
+		}
+		for _, name := range []string{"b", "c", "e"} {
+			old := b.get(stepTask(t, before, name).ID)
+			if old.Status != stepTask(t, before, name).Status {
+				t.Errorf("the old task of %s changed: %s", name, old.Status)
+			}
+			if s, _ := after.Step(name); s.Tries != 2 {
+				t.Errorf("step %s has %d tries, want 2", name, s.Tries)
+			}
+		}
+		b.drive(after, nil)
+		if got := b.getPipeline(p.ID); got.Status() != store.PipelineSucceeded {
+			t.Errorf("after the retried steps ran: %s (%s)", got.Status(), b.statuses(got))
+		}
+	})
+
+	t.Run("InvalidPipelinesWriteNothing", func(t *testing.T) {
+		b := setup(t, h)
+		for name, steps := range map[string][]task.Step{
+			"empty":     nil,
+			"unknown":   {step("a", "nope")},
+			"duplicate": {step("a"), step("a")},
+			"cycle":     {step("a", "c"), step("b", "a"), step("c", "b")},
+			"policy":    {step("a"), {Name: "b", Kind: "noop", DependsOn: []task.Dependency{{Step: "a", On: "sometimes"}}}},
+		} {
+			_, err := b.s.CreatePipeline(b.ctx, store.NewPipeline{Name: name, Steps: steps})
+			if !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%s: %v, want store.ErrInvalid", name, err)
+			}
+		}
+		if got, err := b.s.ListTasks(b.ctx, store.TaskFilter{}); err != nil || len(got) != 0 {
+			t.Errorf("invalid pipelines left %d tasks (%v)", len(got), err)
+		}
+		if _, err := b.s.GetPipeline(b.ctx, 1_000_000); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a missing pipeline: %v, want store.ErrNotFound", err)
+		}
+	})
+}
+
+func step(name string, deps ...string) task.Step {
+	s := task.Step{Name: name, Kind: "noop", MaxAttempts: 1}
+	for _, d := range deps {
+		s.DependsOn = append(s.DependsOn, task.Dependency{Step: d})
+	}
+	return s
+}
+
+func (b *testBundle) pipeline(name string, steps ...task.Step) store.Pipeline {
+	b.t.Helper()
+	return b.pipelineKey(name, "", steps...)
+}
+
+func (b *testBundle) pipelineKey(name, key string, steps ...task.Step) store.Pipeline {
+	b.t.Helper()
+	p, err := b.s.CreatePipeline(b.ctx, store.NewPipeline{Name: name, Key: key, Steps: steps})
+	if err != nil {
+		b.t.Fatalf("CreatePipeline(%s): %v", name, err)
+	}
+	if len(p.Steps) != len(steps) {
+		b.t.Fatalf("CreatePipeline(%s) answered %d steps for %d", name, len(p.Steps), len(steps))
+	}
+	return p
+}
+
+func (b *testBundle) getPipeline(id int64) store.Pipeline {
+	b.t.Helper()
+	p, err := b.s.GetPipeline(b.ctx, id)
+	if err != nil {
+		b.t.Fatalf("GetPipeline(%d): %v", id, err)
+	}
+	return p
+}
+
+// drive runs the pipeline's steps as a node would, ending each as ends
+// says (succeeded by default), until nothing is left to claim; then it
+// checks every step's trail.
+func (b *testBundle) drive(p store.Pipeline, ends map[string]task.Status) {
+	b.t.Helper()
+	held := b.hold("driver", p.Bucket)
+	for {
+		claimed := b.claim("driver", held, 100)
+		if len(claimed) == 0 {
+			break
+		}
+		for _, tk := range claimed {
+			to := task.Succeeded
+			if end, ok := ends[tk.Step]; ok {
+				to = end
+			}
+			if out := b.advance("driver", store.ActiveTransition{Ref: tk.Ref(), To: to}); out.Err != nil {
+				b.t.Fatalf("ending step %s: %v", tk.Step, out.Err)
+			}
+		}
+	}
+	for _, s := range b.getPipeline(p.ID).Steps {
+		checkTrail(b, s.Task.ID)
+	}
+}
+
+// statuses is "name=status ..." of the pipeline's steps as stored now.
+func (b *testBundle) statuses(p store.Pipeline) string {
+	b.t.Helper()
+	var out []string
+	for _, s := range b.getPipeline(p.ID).Steps {
+		out = append(out, s.Name+"="+string(s.Task.Status))
+	}
+	return strings.Join(out, " ")
+}
+
+func stepTask(t *testing.T, p store.Pipeline, name string) *task.Task {
+	t.Helper()
+	s, ok := p.Step(name)
+	if !ok {
+		t.Fatalf("pipeline %d has no step %s", p.ID, name)
+	}
+	return s.Task
+}
+
+func names(ts []*task.Task) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Step
+	}
+	return strings.Join(out, " ")
+}
+
+func sameJSON(got json.RawMessage, want string) bool {
+	var a, b any
+	return json.Unmarshal(got, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && jsonEqual(a, b)
+}
+
+func jsonEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func stringsOf(m map[string]json.RawMessage) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
