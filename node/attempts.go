@@ -53,6 +53,9 @@ type attempt struct {
 	// on this process's clock, after which the database may consider the
 	// lease expired and a rescue may move the task on.
 	leaseTimer clock.Timer
+	// leaseDeadline is that moment, for a check that cannot wait for the
+	// timer's goroutine (see Node.startable).
+	leaseDeadline time.Time
 	// stopBucketWatch ends the watch on the bucket's context.
 	stopBucketWatch func() bool
 	// appended are the pipeline steps the handler appended (task.Append),
@@ -103,7 +106,15 @@ func (a *attempt) armLease(clk clock.Clock, d time.Duration, expired func()) {
 	if a.leaseTimer != nil {
 		a.leaseTimer.Stop()
 	}
+	a.leaseDeadline = clk.Now().Add(d)
 	a.leaseTimer = clk.AfterFunc(d, expired)
+}
+
+// taskLeaseDeadline returns the task lease's local deadline.
+func (a *attempt) taskLeaseDeadline() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.leaseDeadline
 }
 
 // stopTimers ends the attempt's timers once its handler has returned.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -90,5 +91,42 @@ func TestAResultWithANULCharacterCannotBeStored(t *testing.T) {
 		if got := validResult([]byte(c.result)); got != c.ok {
 			t.Errorf("validResult(%s) = %v, want %v", c.result, got, c.ok)
 		}
+	}
+}
+
+// heldExecutor keeps each attempt's run until the test lets it go, as a
+// goroutine the scheduler has not run yet.
+type heldExecutor struct{ runs chan func() }
+
+func (e heldExecutor) Execute(run func()) { e.runs <- run }
+
+// After a long pause of the process, a handler's goroutine may run before
+// the timers that enforce its leases' deadlines: it must not start the
+// work once a deadline has passed.
+func TestAHandlerDoesNotStartPastItsTaskLeaseDeadline(t *testing.T) {
+	b := setup(t)
+	exec := heldExecutor{runs: make(chan func(), 1)}
+	cfg := b.config(t, "paused")
+	cfg.Executor = exec
+	started := make(chan struct{}, 1)
+	n := b.startNode(t, cfg, map[string]Handler{"work": func(context.Context, *task.Task) error {
+		started <- struct{}{}
+		return nil
+	}})
+	tk := submit(t, n, SubmitRequest{Kind: "work", Key: "k"})
+	run := receive(t, exec.runs, "the attempt's run")
+	for _, a := range n.attempts.ofTask(tk.ID) {
+		a.mu.Lock()
+		a.leaseDeadline = time.Now().Add(-time.Second) // passed while the process stood still
+		a.mu.Unlock()
+	}
+	run()
+	select {
+	case <-started:
+		t.Fatal("the handler started past its task lease's deadline")
+	default:
+	}
+	if got := b.get(t, tk.ID); got.Status != task.Running || got.ClaimSeq != 1 {
+		t.Errorf("task is %s at claim_seq %d: nothing may be written for an attempt given up", got.Status, got.ClaimSeq)
 	}
 }

@@ -109,10 +109,29 @@ func (n *Node) runAttempt(a *attempt) {
 	var err error
 	if cause := context.Cause(a.ctx); cause != nil {
 		err = cause
+	} else if why := n.startable(a); why != nil {
+		a.abandon(why)
+		err = why
 	} else {
 		err = callHandler(a)
 	}
 	n.finish(a, err)
+}
+
+// startable checks, as the handler is about to start, that the attempt's
+// bucket lease and task lease are still within their local deadlines. The
+// timers that enforce the deadlines run in goroutines of their own: after a
+// long pause of the process (SIGSTOP, a stalled machine) a handler's
+// goroutine may be scheduled before them, and must not start work the
+// fleet may already have given to another node.
+func (n *Node) startable(a *attempt) error {
+	if epoch, _, held := n.keeper.lease(a.bucket); !held || epoch != a.epoch {
+		return ErrBucketLost
+	}
+	if !n.cfg.Clock.Now().Before(a.taskLeaseDeadline()) {
+		return ErrTaskLeaseLost
+	}
+	return nil
 }
 
 // callHandler runs the handler; a panic is a failed attempt whose error
