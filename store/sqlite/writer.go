@@ -1,0 +1,229 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// writer owns the store's one write connection. Every write is an op sent
+// to its goroutine; the goroutine takes the ops waiting at that moment (up
+// to MaxBatch) and runs them in one BEGIN IMMEDIATE transaction, each under
+// a savepoint of its own, so that one op's failure undoes that op alone.
+// One commit, and so one WAL sync, serves the whole batch: group commit.
+// Under load the batches grow by themselves, since ops pile up while the
+// previous commit runs; an op alone is committed at once.
+type writer struct {
+	s    *Store
+	conn *sql.Conn
+	ops  chan *op
+	quit chan struct{}
+	done chan struct{}
+
+	lastPrune time.Time
+}
+
+// op is one write: fn runs inside the batch's transaction with the
+// database clock read for it.
+type op struct {
+	ctx  context.Context
+	fn   func(tx *wtx) error
+	done chan error
+}
+
+// wtx is what an op sees: the writer's connection inside the transaction,
+// the database clock, and the notifications it wants sent when it commits.
+type wtx struct {
+	conn  *sql.Conn
+	ctx   context.Context
+	now   time.Time
+	notes []store.Notification
+}
+
+func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
+	return tx.conn.ExecContext(tx.ctx, query, args...)
+}
+
+func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	return tx.conn.QueryContext(tx.ctx, query, args...)
+}
+
+func (tx *wtx) queryRow(query string, args ...any) *sql.Row {
+	return tx.conn.QueryRowContext(tx.ctx, query, args...)
+}
+
+// notify queues a notification: written to the outbox with the op, and
+// delivered to this handle's listeners once the batch commits.
+func (tx *wtx) notify(topic store.Topic, payload string) {
+	tx.notes = append(tx.notes, store.Notification{Topic: topic, Payload: payload})
+}
+
+func startWriter(s *Store, conn *sql.Conn) *writer {
+	w := &writer{s: s, conn: conn, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// stop ends the goroutine after the batch it runs, and closes the
+// connection. Safe to call twice.
+func (w *writer) stop() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
+	<-w.done
+}
+
+// write runs fn as one op and waits for its outcome. When ctx ends first
+// the caller gets ctx's error; an op whose context has ended by the time
+// its batch reaches it is skipped, so nothing is written for a caller that
+// gave up before its turn.
+func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.w.ops <- o:
+	case <-s.w.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) loop() {
+	defer close(w.done)
+	defer func() { _ = w.conn.Close() }()
+	batch := make([]*op, 0, MaxBatch)
+	for {
+		select {
+		case o := <-w.ops:
+			batch = append(batch[:0], o)
+		case <-w.quit:
+			return
+		}
+	more:
+		for len(batch) < MaxBatch {
+			select {
+			case o := <-w.ops:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		w.run(batch)
+		clear(batch)
+	}
+}
+
+// batchTimeout bounds the statements of one batch. The ops' own contexts
+// are not used for statements: cancelling one would interrupt the shared
+// connection in the middle of another op's work.
+const batchTimeout = time.Minute
+
+// run executes one batch and answers every op in it.
+func (w *writer) run(batch []*op) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	errs := make([]error, len(batch))
+	var notes []store.Notification
+
+	fail := func(err error) {
+		for _, o := range batch {
+			o.done <- err
+		}
+	}
+	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		fail(wrap(err, "begin a write"))
+		return
+	}
+	for i, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		tx := &wtx{conn: w.conn, ctx: ctx}
+		errs[i] = w.runOne(tx, o)
+		if errs[i] == nil {
+			notes = append(notes, tx.notes...)
+		}
+	}
+	w.prune(ctx)
+	if _, err := w.conn.ExecContext(ctx, `COMMIT`); err != nil {
+		_, _ = w.conn.ExecContext(ctx, `ROLLBACK`)
+		fail(wrap(err, "commit"))
+		return
+	}
+	w.s.deliver(notes)
+	for i, o := range batch {
+		o.done <- errs[i]
+	}
+}
+
+// runOne runs one op under a savepoint, with its notifications written to
+// the outbox in the same savepoint.
+func (w *writer) runOne(tx *wtx, o *op) error {
+	if _, err := tx.exec(`SAVEPOINT op`); err != nil {
+		return wrap(err, "savepoint")
+	}
+	var us int64
+	err := tx.queryRow(`SELECT ` + nowSQL).Scan(&us)
+	tx.now = time.UnixMicro(us).UTC()
+	if err != nil {
+		err = wrap(err, "read the clock")
+	} else {
+		err = o.fn(tx)
+	}
+	if err == nil {
+		for _, n := range tx.notes {
+			if _, err = tx.exec(insertNotificationSQL, string(n.Topic), n.Payload, w.s.origin, tx.now.UnixMicro()); err != nil {
+				err = wrap(err, "write the outbox")
+				break
+			}
+		}
+	}
+	if err != nil {
+		if _, rerr := tx.exec(`ROLLBACK TO op`); rerr != nil {
+			return fmt.Errorf("%w; and undoing it: %w", err, translate(rerr))
+		}
+	}
+	if _, rerr := tx.exec(`RELEASE op`); rerr != nil && err == nil {
+		return wrap(rerr, "release savepoint")
+	}
+	return err
+}
+
+const insertNotificationSQL = `INSERT INTO flotilla_notifications (topic, payload, origin, at) VALUES (?, ?, ?, ?)`
+
+// outboxRetention is how long an outbox row stays: far longer than the
+// poll interval, so that a listener that was busy for a moment still finds
+// what it missed, and short enough that the table stays a few pages.
+const outboxRetention = 10 * time.Second
+
+// prune deletes old outbox rows, at most once a second.
+func (w *writer) prune(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(w.lastPrune) < time.Second {
+		return
+	}
+	w.lastPrune = now
+	// Before the first migration there is no outbox: nothing to prune.
+	_, _ = w.conn.ExecContext(ctx, `SAVEPOINT prune`)
+	_, err := w.conn.ExecContext(ctx, `DELETE FROM flotilla_notifications WHERE at < `+nowSQL+` - ?`,
+		outboxRetention.Microseconds())
+	if err != nil {
+		_, _ = w.conn.ExecContext(ctx, `ROLLBACK TO prune`)
+	}
+	_, _ = w.conn.ExecContext(ctx, `RELEASE prune`)
+}
