@@ -37,10 +37,17 @@ type op struct {
 // wtx is what an op sees: the writer's connection inside the transaction,
 // the database clock, and the notifications it wants sent when it commits.
 type wtx struct {
-	conn  *sql.Conn
+	conn  querier
 	ctx   context.Context
 	now   time.Time
 	notes []store.Notification
+}
+
+// querier is what the writer's connection and a caller's *sql.Tx offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
