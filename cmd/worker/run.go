@@ -19,7 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/kinds"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/store/postgres"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 )
 
 func runCommand() *cli.Command {
@@ -92,7 +92,7 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			dsn, origin, err := requireDSNFrom(c)
+			dsn, target, origin, err := requireDSNFrom(c)
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func runCommand() *cli.Command {
 				log.Warn("the database password was given on the command line, which every user of this host can read " +
 					"(ps, /proc/<pid>/cmdline): give the connection string through " + dsnEnv + " or --dsn-file instead")
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, exec, log)
+			return runNode(c.Context, target, c.String("http"), cfg, exec, log)
 		},
 	}
 }
@@ -135,15 +135,16 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 
 // runNode connects, brings the schema up to date, starts the node and runs
 // it until a signal asks it to stop.
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
+func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
-	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
+	log.Info("opening the store", zap.String("store", string(target.Kind)), zap.String("database", target.String()))
+	if created, err := target.Ensure(ctx); err != nil {
 		return err
 	} else if created {
 		log.Info("created the database")
 	}
-	s, err := postgres.New(ctx, dsn)
+	s, err := target.Open(ctx)
 	if err != nil {
 		return err
 	}
