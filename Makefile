@@ -30,7 +30,7 @@ INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/int
 RESTART_TEST := TestFaultPostgresRestart
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean
+.PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean check-postgres
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -42,7 +42,17 @@ ifneq ($(wildcard cmd/worker),)
 	$(GO) build -o bin/worker ./cmd/worker
 endif
 
-test: ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
+# make test needs PostgreSQL: FLOTILLA_TEST_DSN (set above when a local
+# server answers), or Docker for testcontainers to start one. Without
+# either, stop before running anything rather than fail test by test.
+check-postgres:
+	@if [ -z "$${FLOTILLA_TEST_DSN:-}" ] && [ -z "$${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ] && \
+		! docker info >/dev/null 2>&1; then \
+		echo 'make test needs PostgreSQL, and found neither a server nor Docker: start a local PostgreSQL on 127.0.0.1:5432 that trusts the postgres user (Debian: apt install postgresql), set FLOTILLA_TEST_DSN to a server you have (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), or start Docker so the tests can run PostgreSQL in a container.' >&2; \
+		exit 1; \
+	fi
+
+test: check-postgres ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' ./...
 ifneq ($(wildcard test/integration),)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
@@ -51,7 +61,7 @@ endif
 test-short: ## Run the unit tests only (-short)
 	$(GO) test -short ./...
 
-test-integration: ## Run the PostgreSQL integration tests (store, test/integration)
+test-integration: check-postgres ## Run the integration tests (store, test/integration)
 ifeq ($(strip $(INTEGRATION_PKGS)),)
 	@echo 'No integration test packages yet.'
 else
