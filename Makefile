@@ -28,6 +28,13 @@ INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/int
 # other tests' included, so `make test` and `make test-integration` run it
 # alone, after everything else, in a `go test -p 1` of its own.
 RESTART_TEST := TestFaultPostgresRestart
+
+# The CLI integration tests run a second time with every fleet on an SQLite
+# file (FLOTILLA_TEST_STORE=sqlite). The scenarios that need a TCP proxy, a
+# server restart, row locks or the probe ledger stay PostgreSQL's; the kill
+# -9, SIGSTOP and SIGTERM scenarios on SQLite (TestSQLite*) run in the first
+# pass, as they always use SQLite.
+SQLITE_PASS := ^(TestBadBucketsExitTwo|TestSubmitRefusals|TestWorkerCLIFlagsAfterPositional|TestStopFromAThirdProcess|TestScheduleCLIRefusesBadDefinitions|TestScheduleCLILifecycle|TestTwoWorkersRunEachBucketsTasks|TestAStandbyTakesOverAfterKill9|TestSigtermReleasesBucketsForAStandby|TestASecondProcessWithALiveNodeIDIsRefused|TestStoppingAnExecTaskLeavesNoProcess|TestExecIsRefusedWithoutAnAllowList|TestAStandbyRescuesTheTaskOfAKilledHolder|TestAKilledHoldersTaskOnItsLastAttemptIsLost|TestWorkerReconcileRescuesOnlyUnheldBuckets)$$
 SOAK_TIMEOUT := 60m
 
 .PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean check-postgres
@@ -55,6 +62,7 @@ check-postgres:
 test: check-postgres ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' ./...
 ifneq ($(wildcard test/integration),)
+	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
 endif
 
@@ -67,6 +75,7 @@ ifeq ($(strip $(INTEGRATION_PKGS)),)
 else
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' $(INTEGRATION_PKGS)
 ifneq ($(wildcard test/integration),)
+	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
 endif
 endif

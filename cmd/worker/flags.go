@@ -88,10 +88,15 @@ const exampleDSN = "postgres://postgres@127.0.0.1:5432/flotilla"
 // flotilla.db in the working directory, and say so once on stderr. A DSN of
 // no accepted form is invalid input, named without its password.
 func requireDSN(c *cli.Context) (string, storedsn.Target, error) {
-	raw, target, _, err := requireDSNFrom(c)
+	raw, target, origin, err := requireDSNFrom(c)
+	if err == nil && origin == dsnDefault {
+		fmt.Fprintf(c.App.ErrWriter, "no --dsn, --dsn-file or $%s: using the SQLite file %s\n", dsnEnv, target.Path)
+	}
 	return raw, target, err
 }
 
+// requireDSNFrom is requireDSN that says nothing and tells where the DSN
+// came from: `worker run` logs the default store instead.
 func requireDSNFrom(c *cli.Context) (string, storedsn.Target, dsnOrigin, error) {
 	raw, origin, err := lookupDSN(c)
 	if err != nil {
@@ -103,9 +108,6 @@ func requireDSNFrom(c *cli.Context) (string, storedsn.Target, dsnOrigin, error) 
 	target, err := storedsn.Parse(raw)
 	if err != nil {
 		return "", storedsn.Target{}, dsnMissing, invalid(err)
-	}
-	if origin == dsnDefault {
-		fmt.Fprintf(c.App.ErrWriter, "no --dsn, --dsn-file or $%s: using the SQLite file %s\n", dsnEnv, target.Path)
 	}
 	return raw, target, origin, nil
 }

@@ -103,6 +103,10 @@ func runCommand() *cli.Command {
 			if err := os.Unsetenv(dsnEnv); err != nil {
 				return fmt.Errorf("unset %s: %w", dsnEnv, err)
 			}
+			if origin == dsnDefault {
+				log.Info("no --dsn, --dsn-file or $"+dsnEnv+": using the SQLite file in the working directory",
+					zap.String("path", target.Path))
+			}
 			if origin == dsnFromFlag && hasPassword(dsn) {
 				log.Warn("the database password was given on the command line, which every user of this host can read " +
 					"(ps, /proc/<pid>/cmdline): give the connection string through " + dsnEnv + " or --dsn-file instead")
@@ -138,7 +142,6 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg node.Config, exec kinds.ExecConfig, log *zap.Logger) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
-	log.Info("opening the store", zap.String("store", string(target.Kind)), zap.String("database", target.String()))
 	if created, err := target.Ensure(ctx); err != nil {
 		return err
 	} else if created {

@@ -145,7 +145,7 @@ func New(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{path: abs, origin: newOrigin(), wdb: wdb, rdb: rdb, subs: map[*subscription]struct{}{}}
 	s.poller = newPoller(s, o.pollEvery)
-	s.w = startWriter(s, conn)
+	s.w = startWriter(s, conn, o.busyTimeout)
 	return s, nil
 }
 

@@ -24,6 +24,9 @@ type writer struct {
 	done chan struct{}
 
 	lastPrune time.Time
+	// maxBusy is the busy timeout the store was opened with; busy the one
+	// the connection has now (see lockWait).
+	maxBusy, busy time.Duration
 }
 
 // op is one write: fn runs inside the batch's transaction with the
@@ -68,8 +71,9 @@ func (tx *wtx) notify(topic store.Topic, payload string) {
 	tx.notes = append(tx.notes, store.Notification{Topic: topic, Payload: payload})
 }
 
-func startWriter(s *Store, conn *sql.Conn) *writer {
-	w := &writer{s: s, conn: conn, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{})}
+func startWriter(s *Store, conn *sql.Conn, busy time.Duration) *writer {
+	w := &writer{s: s, conn: conn, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{}),
+		maxBusy: busy, busy: busy}
 	go w.loop()
 	return w
 }
@@ -151,6 +155,23 @@ func (w *writer) run(batch []*op) {
 			o.done <- err
 		}
 	}
+	// Wait for the write lock no longer than the most patient caller of
+	// the batch: a writer stuck behind another process's lock would hold
+	// up every later op of this process too, for callers that have given
+	// up. Ops whose callers have already given up are answered at once.
+	wait, live := w.lockWait(batch)
+	if live == 0 {
+		for i, o := range batch {
+			errs[i] = o.ctx.Err()
+			o.done <- errs[i]
+		}
+		return
+	}
+	if wait != w.busy {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); err == nil {
+			w.busy = wait
+		}
+	}
 	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		fail(wrap(err, "begin a write"))
 		return
@@ -176,6 +197,35 @@ func (w *writer) run(batch []*op) {
 	for i, o := range batch {
 		o.done <- errs[i]
 	}
+}
+
+// lockWait is how long the batch may wait for the write lock: the busy
+// timeout, cut to the latest deadline among the ops whose callers still
+// wait (at least a millisecond); and how many such ops there are.
+func (w *writer) lockWait(batch []*op) (time.Duration, int) {
+	live := 0
+	var latest time.Time
+	unbounded := false
+	for _, o := range batch {
+		if o.ctx.Err() != nil {
+			continue
+		}
+		live++
+		d, ok := o.ctx.Deadline()
+		if !ok {
+			unbounded = true
+		} else if d.After(latest) {
+			latest = d
+		}
+	}
+	if unbounded || live == 0 {
+		return w.maxBusy, live
+	}
+	wait := min(time.Until(latest), w.maxBusy)
+	// Whole milliseconds, rounded up, so that the setting changes only
+	// when the callers' deadlines do by a millisecond or more.
+	wait = max(time.Millisecond, (wait + time.Millisecond - 1).Truncate(time.Millisecond))
+	return wait, live
 }
 
 // runOne runs one op under a savepoint, with its notifications written to
