@@ -78,26 +78,15 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 // active states or reached a final state, as the move's own answer (see
 // store.LeftOutcome).
 func ackLeft(tx *wtx, taskID int64, status task.Status, by string) error {
-	rows, err := tx.query(`SELECT id, kind FROM flotilla_commands WHERE task_id = ? AND acked_at IS NULL`, taskID)
-	if err != nil {
-		return wrap(err, "pending commands of task %d", taskID)
-	}
-	type pending struct {
-		id   int64
-		kind string
-	}
-	var ps []pending
-	for rows.Next() {
-		var p pending
-		if err := rows.Scan(&p.id, &p.kind); err != nil {
-			rows.Close()
-			return wrap(err, "pending commands of task %d", taskID)
+	var ps []pendingCommand
+	if tx.pending != nil {
+		ps = tx.pending[taskID]
+		delete(tx.pending, taskID)
+	} else {
+		var err error
+		if ps, err = pendingOf(tx, taskID); err != nil {
+			return err
 		}
-		ps = append(ps, p)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return wrap(err, "pending commands of task %d", taskID)
 	}
 	for _, p := range ps {
 		if _, err := tx.exec(`UPDATE flotilla_commands SET acked_at = ?, acked_by = ?, outcome = ? WHERE id = ?`,
@@ -106,6 +95,29 @@ func ackLeft(tx *wtx, taskID int64, status task.Status, by string) error {
 		}
 	}
 	return nil
+}
+
+// pendingCommand is an unacknowledged command of a task.
+type pendingCommand struct {
+	id   int64
+	kind string
+}
+
+func pendingOf(tx *wtx, taskID int64) ([]pendingCommand, error) {
+	rows, err := tx.query(`SELECT id, kind FROM flotilla_commands WHERE task_id = ? AND acked_at IS NULL`, taskID)
+	if err != nil {
+		return nil, wrap(err, "pending commands of task %d", taskID)
+	}
+	defer rows.Close()
+	var ps []pendingCommand
+	for rows.Next() {
+		var p pendingCommand
+		if err := rows.Scan(&p.id, &p.kind); err != nil {
+			return nil, wrap(err, "pending commands of task %d", taskID)
+		}
+		ps = append(ps, p)
+	}
+	return ps, wrapIf(rows.Err(), fmt.Sprintf("pending commands of task %d", taskID))
 }
 
 // PendingCommands lists the unacknowledged commands of the active tasks

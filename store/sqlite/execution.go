@@ -90,6 +90,20 @@ WHERE status IN ('queued', 'scheduled', 'retrying')
 ORDER BY priority DESC, run_at, id
 LIMIT ?`
 
+// claimUpdateSQL moves the picked rows to running: what move does for a
+// claim, in one statement. The epoch is each row's bucket's, from a JSON
+// object of bucket to epoch.
+const claimUpdateSQL = `UPDATE flotilla_tasks
+SET status = 'running', status_version = status_version + 1, attempt = attempt + 1, claim_seq = claim_seq + 1,
+    owner = ?, node = ?, epoch = json_extract(?, '$."' || bucket || '"'), lease_expires_at = ?,
+    started_at = ?, updated_at = ?
+WHERE id IN (SELECT value FROM json_each(?))`
+
+func int64sJSON(v []int64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 // ClaimTasks moves due, claimable tasks of the caller's live buckets to
 // running for the caller.
 func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task.Task, error) {
@@ -139,7 +153,24 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 		if err := rows.Err(); err != nil {
 			return wrap(err, "claim")
 		}
+		if len(picked) == 0 {
+			return nil
+		}
 		lease := dbTime(tx.now.Add(req.LeaseTTL))
+		ids := make([]int64, len(picked))
+		byBucket := map[string]int64{}
+		for i, t := range picked {
+			ids[i] = t.ID
+			byBucket[fmt.Sprint(t.Bucket)] = epochs[t.Bucket]
+		}
+		// Every claimed row moves the same way, so one statement writes
+		// them all; the moves below record their events and keep the
+		// returned tasks in step with the rows.
+		epochsJSON, _ := json.Marshal(byBucket)
+		if _, err := tx.exec(claimUpdateSQL, req.Owner, req.Node, string(epochsJSON), lease.UnixMicro(),
+			tx.now.UnixMicro(), tx.now.UnixMicro(), int64sJSON(ids)); err != nil {
+			return wrap(err, "claim")
+		}
 		for _, t := range picked {
 			epoch := epochs[t.Bucket]
 			t.ClaimSeq++
@@ -147,7 +178,7 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 			t.Owner, t.Node, t.Epoch = req.Owner, req.Node, epoch
 			t.LeaseExpiresAt = lease
 			t.StartedAt = tx.now
-			if err := move(tx, t, task.Running, moveDetails{reason: "claimed", node: req.Node, epoch: epoch}); err != nil {
+			if err := move(tx, t, task.Running, moveDetails{reason: "claimed", node: req.Node, epoch: epoch, saved: true}); err != nil {
 				return err
 			}
 		}
@@ -249,6 +280,9 @@ func (s *Store) AdvanceActive(ctx context.Context, owner string, batch []store.A
 		return out, s.checkOpen()
 	}
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := prefetch(tx, batch); err != nil {
+			return err
+		}
 		for i, at := range batch {
 			o, err := advance(tx, owner, at)
 			if err != nil {
@@ -264,17 +298,81 @@ func (s *Store) AdvanceActive(ctx context.Context, owner string, batch []store.A
 	return out, nil
 }
 
-func advance(tx *wtx, owner string, at store.ActiveTransition) (store.Outcome, error) {
-	t, err := loadTask(tx, at.Ref.ID)
-	if err != nil {
-		return store.Outcome{}, err
+// prefetch reads, in three statements, the rows a batch of transitions
+// will look at: its tasks, their buckets' leases and their pending
+// commands. Under the write lock they stay as read; the moves keep the
+// cached tasks in step with their rows.
+func prefetch(tx *wtx, batch []store.ActiveTransition) error {
+	ids := make([]int64, len(batch))
+	for i, at := range batch {
+		ids[i] = at.Ref.ID
 	}
+	list := int64sJSON(ids)
+	tx.tasks = make(map[int64]*task.Task, len(batch))
+	rows, err := tx.query(`SELECT `+taskColumns+` FROM flotilla_tasks WHERE id IN (SELECT value FROM json_each(?))`, list)
+	if err != nil {
+		return wrap(err, "read the batch's tasks")
+	}
+	var buckets []int
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			rows.Close()
+			return wrap(err, "read the batch's tasks")
+		}
+		tx.tasks[t.ID] = t
+		buckets = append(buckets, t.Bucket)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrap(err, "read the batch's tasks")
+	}
+	tx.leases = map[int]leaseRow{}
+	rows, err = tx.query(`SELECT `+leaseColumns+` FROM flotilla_bucket_leases WHERE bucket IN (SELECT value FROM json_each(?))`,
+		intsJSON(buckets))
+	if err != nil {
+		return wrap(err, "read the batch's leases")
+	}
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			rows.Close()
+			return wrap(err, "read the batch's leases")
+		}
+		tx.leases[l.bucket] = l
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrap(err, "read the batch's leases")
+	}
+	tx.pending = map[int64][]pendingCommand{}
+	rows, err = tx.query(`SELECT id, task_id, kind FROM flotilla_commands
+		WHERE acked_at IS NULL AND task_id IN (SELECT value FROM json_each(?))`, list)
+	if err != nil {
+		return wrap(err, "read the batch's commands")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			p      pendingCommand
+			taskID int64
+		)
+		if err := rows.Scan(&p.id, &taskID, &p.kind); err != nil {
+			return wrap(err, "read the batch's commands")
+		}
+		tx.pending[taskID] = append(tx.pending[taskID], p)
+	}
+	return wrapIf(rows.Err(), "read the batch's commands")
+}
+
+func advance(tx *wtx, owner string, at store.ActiveTransition) (store.Outcome, error) {
+	t := tx.tasks[at.Ref.ID]
 	if t == nil {
 		return store.Outcome{ID: at.Ref.ID, Err: taskNotFound(at.Ref.ID)}, nil
 	}
-	l, err := loadLease(tx, t.Bucket)
-	if err != nil {
-		return store.Outcome{}, err
+	l, ok := tx.leases[t.Bucket]
+	if !ok {
+		l = leaseRow{bucket: t.Bucket}
 	}
 	if !attemptIsCurrent(t, l, owner, at.Ref) {
 		return store.Outcome{ID: t.ID, Status: t.Status, Err: store.ErrFenced}, nil

@@ -85,7 +85,7 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 	}
 	var meta store.Meta
 	err = s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.exec(createMigrationsTableSQL); err != nil {
+		if err := tx.execScript(createMigrationsTableSQL); err != nil {
 			return wrap(err, "create flotilla_schema_migrations")
 		}
 		var current int
@@ -96,7 +96,7 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 			return &store.SchemaError{Database: current, Binary: SchemaVersion}
 		}
 		for _, m := range all[current:] {
-			if _, err := tx.exec(m.sql); err != nil {
+			if err := tx.execScript(m.sql); err != nil {
 				return wrap(err, "apply migration %s", m.name)
 			}
 			if _, err := tx.exec(recordMigrationSQL, m.version); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,10 +125,61 @@ func checkNewTasks(tasks []store.NewTask, numBuckets int) error {
 	return nil
 }
 
-const insertTaskSQL = `INSERT INTO flotilla_tasks (kind, key, bucket, status, priority, run_at, max_attempts,
-    timeout_ms, payload, unique_key, schedule, scheduled_for, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-RETURNING ` + taskColumns
+// insertChunk is how many tasks one INSERT statement carries: per row,
+// SQLite's cost is mostly the statement's own, so a bulk insert writes
+// many rows per statement (14 parameters a row, far below SQLite's limit
+// of 32,766).
+const insertChunk = 64
+
+// newTaskRow is a checked NewTask as its row will be, but for its id.
+func newTaskRow(nt store.NewTask, now time.Time) *task.Task {
+	runAt := dbTime(nt.RunAt)
+	if runAt.IsZero() {
+		runAt = dbTime(now.Add(nt.Delay))
+	}
+	status := task.Queued
+	switch {
+	case nt.Pending:
+		status = task.Pending
+	case runAt.After(now):
+		status = task.Scheduled
+	}
+	if runAt.Before(now) {
+		runAt = now
+	}
+	maxAttempts := nt.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = store.DefaultMaxAttempts
+	}
+	return &task.Task{
+		Kind: nt.Kind, Key: nt.Key, Bucket: nt.Bucket, Status: status, StatusVersion: 1, Priority: nt.Priority,
+		RunAt: runAt, MaxAttempts: maxAttempts, Timeout: nt.Timeout, Payload: jsonOrNull(nt.Payload),
+		UniqueKey: nt.UniqueKey, Schedule: nt.Schedule, ScheduledFor: dbTime(nt.ScheduledFor),
+		CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// rowArgs are t's values in the order of insertColumns.
+func rowArgs(t *task.Task) []any {
+	return []any{t.Kind, t.Key, t.Bucket, string(t.Status), t.Priority, t.RunAt.UnixMicro(), t.MaxAttempts,
+		t.Timeout.Milliseconds(), string(t.Payload), nullString(t.UniqueKey), nullString(t.Schedule),
+		micros(t.ScheduledFor), t.CreatedAt.UnixMicro(), t.UpdatedAt.UnixMicro()}
+}
+
+const insertColumns = `kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms, payload,
+    unique_key, schedule, scheduled_for, created_at, updated_at`
+
+const rowMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// insertSQL inserts n rows and returns their ids.
+func insertSQL(n int, orIgnore bool) string {
+	verb := "INSERT"
+	if orIgnore {
+		verb = "INSERT OR IGNORE"
+	}
+	return verb + ` INTO flotilla_tasks (` + insertColumns + `) VALUES ` +
+		strings.Repeat(rowMarks+", ", n-1) + rowMarks + ` RETURNING id`
+}
 
 // insertTasks creates a checked batch inside tx and announces the buckets
 // of the tasks due now. With skipConflicts a task that hits a unique index
@@ -135,53 +187,83 @@ RETURNING ` + taskColumns
 // its entry is nil.
 func insertTasks(tx *wtx, tasks []store.NewTask, skipConflicts bool) ([]*task.Task, error) {
 	out := make([]*task.Task, len(tasks))
-	var due []int
-	sqlText := insertTaskSQL
+	chunk := insertChunk
 	if skipConflicts {
-		sqlText = strings.Replace(insertTaskSQL, "INSERT INTO", "INSERT OR IGNORE INTO", 1)
+		// One row a statement: a row the index refuses returns no id,
+		// and the others' ids must still be matched to their tasks.
+		chunk = 1
 	}
-	for i, nt := range tasks {
-		now := tx.now
-		runAt := dbTime(nt.RunAt)
-		if runAt.IsZero() {
-			runAt = dbTime(now.Add(nt.Delay))
+	for from := 0; from < len(tasks); from += chunk {
+		to := min(from+chunk, len(tasks))
+		args := make([]any, 0, 14*(to-from))
+		for i := from; i < to; i++ {
+			out[i] = newTaskRow(tasks[i], tx.now)
+			args = append(args, rowArgs(out[i])...)
 		}
-		status := task.Queued
-		switch {
-		case nt.Pending:
-			status = task.Pending
-		case runAt.After(now):
-			status = task.Scheduled
-		}
-		if runAt.Before(now) {
-			runAt = now
-		}
-		maxAttempts := nt.MaxAttempts
-		if maxAttempts == 0 {
-			maxAttempts = store.DefaultMaxAttempts
-		}
-		row := tx.queryRow(sqlText, nt.Kind, nt.Key, nt.Bucket, string(status), nt.Priority, runAt.UnixMicro(),
-			maxAttempts, nt.Timeout.Milliseconds(), string(jsonOrNull(nt.Payload)), nullString(nt.UniqueKey),
-			nullString(nt.Schedule), micros(dbTime(nt.ScheduledFor)), now.UnixMicro(), now.UnixMicro())
-		t, err := scanTask(row)
-		switch {
-		case skipConflicts && errors.Is(err, sql.ErrNoRows):
-			continue
-		case err != nil:
+		ids, err := insertRows(tx, insertSQL(to-from, skipConflicts), args)
+		if err != nil {
 			err = translate(err)
 			if errors.Is(err, store.ErrDuplicate) {
-				return nil, fmt.Errorf("task %d of %d: unique key %q already names an unfinished task, or its schedule tick has fired: %w",
-					i, len(tasks), nt.UniqueKey, err)
+				return nil, duplicateError(tasks, from, to, err)
 			}
-			return nil, fmt.Errorf("create task %d of %d: %w", i, len(tasks), err)
+			return nil, fmt.Errorf("create tasks %d-%d of %d: %w", from, to-1, len(tasks), err)
 		}
-		out[i] = t
-		if t.Status == task.Queued {
+		if skipConflicts && len(ids) == 0 {
+			out[from] = nil
+			continue
+		}
+		if len(ids) != to-from {
+			return nil, fmt.Errorf("create tasks %d-%d of %d: %d ids came back", from, to-1, len(tasks), len(ids))
+		}
+		// One statement's rows take ascending ids in the order of its
+		// VALUES (each new rowid is the largest plus one), whatever order
+		// RETURNING lists them in.
+		slices.Sort(ids)
+		for i, id := range ids {
+			out[from+i].ID = id
+		}
+	}
+	var due []int
+	for _, t := range out {
+		if t != nil && t.Status == task.Queued {
 			due = append(due, t.Bucket)
 		}
 	}
 	tx.announceTasks(due...)
 	return out, nil
+}
+
+// duplicateError names the unique keys and schedule ticks among tasks
+// [from, to), one of which an existing task holds.
+func duplicateError(tasks []store.NewTask, from, to int, err error) error {
+	var held []string
+	for i := from; i < to; i++ {
+		if k := tasks[i].UniqueKey; k != "" {
+			held = append(held, fmt.Sprintf("unique key %q (task %d)", k, i))
+		}
+		if sc := tasks[i].Schedule; sc != "" {
+			held = append(held, fmt.Sprintf("schedule %q tick %s (task %d)", sc,
+				tasks[i].ScheduledFor.UTC().Format(time.RFC3339Nano), i))
+		}
+	}
+	return fmt.Errorf("%s: already held by an unfinished task, or fired: %w", strings.Join(held, ", "), err)
+}
+
+func insertRows(tx *wtx, query string, args []any) ([]int64, error) {
+	rows, err := tx.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // announceTasks tells listeners that tasks became claimable in buckets.
@@ -471,16 +553,15 @@ type moveDetails struct {
 	node    string
 	epoch   int64
 	delay   time.Duration
+	// saved: the caller writes the row itself (a claim updates all its
+	// rows in one statement).
+	saved bool
 }
 
 const saveTaskSQL = `UPDATE flotilla_tasks SET status = ?, status_version = ?, run_at = ?, attempt = ?,
     result = ?, progress = ?, error = ?, claim_seq = ?, owner = ?, node = ?, epoch = ?, lease_expires_at = ?,
     stop_requested = ?, pause_requested = ?, started_at = ?, finished_at = ?, updated_at = ?
 WHERE id = ?`
-
-const insertEventSQL = `INSERT INTO flotilla_task_events
-    (task_id, seq, from_status, to_status, at, node, epoch, attempt, reason, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // move applies a transition the caller has already allowed to t and to its
 // row, writes its audit event and answers its pending commands where the
@@ -523,14 +604,13 @@ func move(tx *wtx, t *task.Task, to task.Status, m moveDetails) error {
 	t.Status = to
 	t.StatusVersion++
 	t.UpdatedAt = now
-	if err := saveTask(tx, t); err != nil {
-		return err
+	if !m.saved {
+		if err := saveTask(tx, t); err != nil {
+			return err
+		}
 	}
-	_, err := tx.exec(insertEventSQL, t.ID, t.StatusVersion, string(from), string(to), now.UnixMicro(),
-		m.node, m.epoch, t.Attempt, m.reason, m.errText)
-	if err != nil {
-		return wrap(err, "record the event of task %d", t.ID)
-	}
+	tx.events = append(tx.events, task.Event{TaskID: t.ID, Seq: t.StatusVersion, From: from, To: to, At: now,
+		Node: m.node, Epoch: m.epoch, Attempt: t.Attempt, Reason: m.reason, Error: m.errText})
 	return nil
 }
 

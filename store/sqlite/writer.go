@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // writer owns the store's one write connection. Every write is an op sent
@@ -24,6 +26,7 @@ type writer struct {
 	done chan struct{}
 
 	lastPrune time.Time
+	stmts     map[string]*sql.Stmt
 	// maxBusy is the busy timeout the store was opened with; busy the one
 	// the connection has now (see lockWait).
 	maxBusy, busy time.Duration
@@ -44,6 +47,15 @@ type wtx struct {
 	ctx   context.Context
 	now   time.Time
 	notes []store.Notification
+	stmts map[string]*sql.Stmt // the writer's prepared statements; nil in a caller's transaction
+	// events are the audit events of the op's moves, written in one
+	// statement when the op ends (see flushEvents).
+	events []task.Event
+	// Rows an op read ahead for a batch of moves (see prefetch); nil
+	// when it did not.
+	tasks   map[int64]*task.Task
+	leases  map[int]leaseRow
+	pending map[int64][]pendingCommand
 }
 
 // querier is what the writer's connection and a caller's *sql.Tx offer.
@@ -54,15 +66,62 @@ type querier interface {
 }
 
 func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
+	if st, err := tx.stmt(query); st != nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return st.ExecContext(tx.ctx, args...)
+	}
 	return tx.conn.ExecContext(tx.ctx, query, args...)
 }
 
 func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	if st, err := tx.stmt(query); st != nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return st.QueryContext(tx.ctx, args...)
+	}
 	return tx.conn.QueryContext(tx.ctx, query, args...)
 }
 
 func (tx *wtx) queryRow(query string, args ...any) *sql.Row {
+	if st, _ := tx.stmt(query); st != nil {
+		return st.QueryRowContext(tx.ctx, args...)
+	}
 	return tx.conn.QueryRowContext(tx.ctx, query, args...)
+}
+
+// execScript runs SQL of several statements (a migration), which cannot be
+// prepared as one.
+func (tx *wtx) execScript(script string) error {
+	_, err := tx.conn.ExecContext(tx.ctx, script)
+	return err
+}
+
+// stmt returns the writer's prepared statement for query, preparing it on
+// first use: SQLite spends more time parsing and planning a short
+// statement than running it, and the writer runs the same few dozen
+// statements all day. Nil, nil outside the writer (a caller's transaction).
+func (tx *wtx) stmt(query string) (*sql.Stmt, error) {
+	if tx.stmts == nil {
+		return nil, nil
+	}
+	if st := tx.stmts[query]; st != nil {
+		return st, nil
+	}
+	pc, ok := tx.conn.(interface {
+		PrepareContext(context.Context, string) (*sql.Stmt, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	st, err := pc.PrepareContext(tx.ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	tx.stmts[query] = st
+	return st, nil
 }
 
 // notify queues a notification: written to the outbox with the op, and
@@ -73,7 +132,7 @@ func (tx *wtx) notify(topic store.Topic, payload string) {
 
 func startWriter(s *Store, conn *sql.Conn, busy time.Duration) *writer {
 	w := &writer{s: s, conn: conn, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{}),
-		maxBusy: busy, busy: busy}
+		maxBusy: busy, busy: busy, stmts: map[string]*sql.Stmt{}}
 	go w.loop()
 	return w
 }
@@ -115,7 +174,12 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 
 func (w *writer) loop() {
 	defer close(w.done)
-	defer func() { _ = w.conn.Close() }()
+	defer func() {
+		for _, st := range w.stmts {
+			_ = st.Close()
+		}
+		_ = w.conn.Close()
+	}()
 	batch := make([]*op, 0, MaxBatch)
 	for {
 		select {
@@ -181,7 +245,7 @@ func (w *writer) run(batch []*op) {
 			errs[i] = err
 			continue
 		}
-		tx := &wtx{conn: w.conn, ctx: ctx}
+		tx := &wtx{conn: w.conn, ctx: ctx, stmts: w.stmts}
 		errs[i] = w.runOne(tx, o)
 		if errs[i] == nil {
 			notes = append(notes, tx.notes...)
@@ -243,6 +307,9 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 		err = o.fn(tx)
 	}
 	if err == nil {
+		err = tx.flushEvents()
+	}
+	if err == nil {
 		for _, n := range tx.notes {
 			if _, err = tx.exec(insertNotificationSQL, string(n.Topic), n.Payload, w.s.origin, tx.now.UnixMicro()); err != nil {
 				err = wrap(err, "write the outbox")
@@ -259,6 +326,28 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 		return wrap(rerr, "release savepoint")
 	}
 	return err
+}
+
+// eventsChunk is how many events one INSERT carries (10 parameters each).
+const eventsChunk = 64
+
+// flushEvents writes the events the op's moves recorded.
+func (tx *wtx) flushEvents() error {
+	for len(tx.events) > 0 {
+		n := min(len(tx.events), eventsChunk)
+		args := make([]any, 0, 10*n)
+		for _, e := range tx.events[:n] {
+			args = append(args, e.TaskID, e.Seq, string(e.From), string(e.To), e.At.UnixMicro(), e.Node, e.Epoch,
+				e.Attempt, e.Reason, e.Error)
+		}
+		q := `INSERT INTO flotilla_task_events (task_id, seq, from_status, to_status, at, node, epoch, attempt, reason, error)
+VALUES ` + strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, n-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		if _, err := tx.exec(q, args...); err != nil {
+			return wrap(err, "record %d events", n)
+		}
+		tx.events = tx.events[n:]
+	}
+	return nil
 }
 
 const insertNotificationSQL = `INSERT INTO flotilla_notifications (topic, payload, origin, at) VALUES (?, ?, ?, ?)`
