@@ -37,7 +37,7 @@ RESTART_TEST := TestFaultPostgresRestart
 SQLITE_PASS := ^(TestBadBucketsExitTwo|TestSubmitRefusals|TestWorkerCLIFlagsAfterPositional|TestStopFromAThirdProcess|TestScheduleCLIRefusesBadDefinitions|TestScheduleCLILifecycle|TestTwoWorkersRunEachBucketsTasks|TestAStandbyTakesOverAfterKill9|TestSigtermReleasesBucketsForAStandby|TestASecondProcessWithALiveNodeIDIsRefused|TestStoppingAnExecTaskLeavesNoProcess|TestExecIsRefusedWithoutAnAllowList|TestAStandbyRescuesTheTaskOfAKilledHolder|TestAKilledHoldersTaskOnItsLastAttemptIsLost|TestWorkerReconcileRescuesOnlyUnheldBuckets)$$
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean check-postgres
+.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite tidy clean check-postgres
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -96,6 +96,11 @@ bench: ## Run the benchmarks
 
 bench-compare: ## Run flotilla and River side by side (bench/; needs PostgreSQL; about 20 minutes)
 	cd bench && $(GO) run ./cmd/compare -runs 3 -idle-jobs 200
+
+bench-sqlite: ## flotilla and River side by side on SQLite, and flotilla's start latency on SQLite (bench/; about 15 minutes)
+	cd bench && $(GO) run ./cmd/compare -sqlite -runs 3 -insert-jobs 100000 -burn-jobs 100000
+	$(GO) build -o bin/worker ./cmd/worker
+	cd bench && $(GO) run ./cmd/sqlitelatency -worker ../bin/worker -runs 3
 
 tidy: ## Tidy go.mod and go.sum
 	$(GO) mod tidy
