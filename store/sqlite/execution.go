@@ -381,16 +381,34 @@ func advance(tx *wtx, owner string, at store.ActiveTransition) (store.Outcome, e
 	if err != nil {
 		return store.Outcome{ID: t.ID, Status: t.Status, Err: err}, nil
 	}
+	var appended []task.Step
+	if len(at.Append) > 0 && to.Terminal() {
+		if appended, err = checkAppend(tx, t, at.Append); err != nil {
+			if !errors.Is(err, store.ErrInvalid) {
+				return store.Outcome{}, err
+			}
+			// The attempt's work cannot be recorded as it asked: it fails,
+			// saying why (a pending stop still wins).
+			at.Error, at.Reason = err.Error(), "appending steps refused"
+			if to, err = destination(t, task.Failed); err != nil {
+				return store.Outcome{ID: t.ID, Status: t.Status, Err: err}, nil
+			}
+		}
+	}
 	if at.Result != nil {
 		t.Result = jsonOrNull(at.Result)
 	}
 	if at.Progress != nil {
 		t.Progress = jsonOrNull(at.Progress)
 	}
-	if err := move(tx, t, to, moveDetails{
-		reason: at.Reason, errText: at.Error, node: at.Node, epoch: t.Epoch, delay: at.Delay,
-	}); err != nil {
+	m := moveDetails{reason: at.Reason, errText: at.Error, node: at.Node, epoch: t.Epoch, delay: at.Delay}
+	if err := move(tx, t, to, m); err != nil {
 		return store.Outcome{}, err
+	}
+	if len(appended) > 0 {
+		if err := appendSteps(tx, t, appended, m); err != nil {
+			return store.Outcome{}, err
+		}
 	}
 	return store.Outcome{ID: t.ID, Status: t.Status}, nil
 }
@@ -492,7 +510,8 @@ func (s *Store) BucketBacklog(ctx context.Context) ([]store.Backlog, error) {
 SELECT bucket,
        sum(status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= c.now)),
        sum(status IN ('scheduled', 'retrying') AND run_at > c.now),
-       sum(status IN ('running', 'stopping', 'pausing'))
+       sum(status IN ('running', 'stopping', 'pausing')),
+       min(CASE WHEN status = 'queued' OR (status IN ('scheduled', 'retrying') AND run_at <= c.now) THEN run_at END)
 FROM flotilla_tasks, c
 WHERE status IN ('queued', 'scheduled', 'retrying', 'running', 'stopping', 'pausing')
 GROUP BY bucket
@@ -503,10 +522,14 @@ ORDER BY bucket`)
 	defer rows.Close()
 	out := []store.Backlog{}
 	for rows.Next() {
-		var b store.Backlog
-		if err := rows.Scan(&b.Bucket, &b.Queued, &b.Waiting, &b.Active); err != nil {
+		var (
+			b      store.Backlog
+			oldest sql.NullInt64
+		)
+		if err := rows.Scan(&b.Bucket, &b.Queued, &b.Waiting, &b.Active, &oldest); err != nil {
 			return nil, wrap(err, "bucket backlog")
 		}
+		b.OldestDue = fromMicros(oldest)
 		out = append(out, b)
 	}
 	return out, wrapIf(rows.Err(), "bucket backlog")

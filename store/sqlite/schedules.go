@@ -92,51 +92,66 @@ func (tx *wtx) schedule(name string) (store.Schedule, error) {
 	return loadSchedule(tx.conn, tx.ctx, name)
 }
 
-const upsertScheduleSQL = `INSERT INTO flotilla_schedules (` + scheduleColumns + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+const insertScheduleSQL = `INSERT INTO flotilla_schedules (` + scheduleColumns + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// upsertScheduleSQL replaces a schedule of the same name but keeps its
+// creation time and its last firing, and its next fire time while its
+// timing is unchanged: a definition declared again at every node start must
+// not move, and so skip, the tick the holder is about to fire. It keeps
+// enabled unless the last parameter says to write it, in the same
+// statement, as the PostgreSQL store does: the writer's transaction would
+// keep a read-then-write safe too, but one statement leaves no read whose
+// value could be written back. Resuming moves the next fire time up to the
+// one given (the first tick after now), as SetScheduleEnabled does, so that
+// the ticks of the pause are not fired.
+const upsertScheduleSQL = insertScheduleSQL + `
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, timezone = excluded.timezone,
     catch_up = excluded.catch_up, kind = excluded.kind, key = excluded.key, bucket = excluded.bucket,
     payload = excluded.payload, priority = excluded.priority, max_attempts = excluded.max_attempts,
-    timeout_ms = excluded.timeout_ms, enabled = excluded.enabled, next_fire_at = excluded.next_fire_at,
-    last_fire_at = excluded.last_fire_at, created_at = excluded.created_at, updated_at = excluded.updated_at`
+    timeout_ms = excluded.timeout_ms,
+    enabled = CASE WHEN ?17 THEN excluded.enabled ELSE flotilla_schedules.enabled END,
+    next_fire_at = CASE
+        WHEN flotilla_schedules.spec <> excluded.spec OR flotilla_schedules.timezone <> excluded.timezone
+            THEN excluded.next_fire_at
+        WHEN ?17 AND excluded.enabled AND NOT flotilla_schedules.enabled
+            THEN max(flotilla_schedules.next_fire_at, excluded.next_fire_at)
+        ELSE flotilla_schedules.next_fire_at END,
+    updated_at = excluded.updated_at`
 
 // UpsertSchedule creates a schedule, or replaces the definition of one with
-// the same name when replace is set. A replaced schedule keeps its creation
-// and last firing times, and its next fire time while the timing is the
-// same.
-func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, replace bool) (store.Schedule, error) {
+// the same name as mode says (store.ErrDuplicate for store.UpsertCreate). A
+// replaced schedule keeps its creation and last firing times, its next fire
+// time while the timing is the same, and whether it is paused unless mode
+// is store.UpsertReplaceEnabled.
+func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode store.UpsertMode) (store.Schedule, error) {
+	if err := mode.Check(); err != nil {
+		return store.Schedule{}, err
+	}
 	if err := s.checkSchedule(ctx, sc); err != nil {
 		return store.Schedule{}, err
 	}
+	q := insertScheduleSQL
+	if mode != store.UpsertCreate {
+		q = upsertScheduleSQL
+	}
 	var out store.Schedule
 	err := s.write(ctx, func(tx *wtx) error {
-		stored := sc
-		stored.Payload = jsonOrNull(sc.Payload)
-		stored.NextFireAt, stored.LastFireAt = dbTime(sc.NextFireAt), dbTime(sc.LastFireAt)
-		stored.CreatedAt, stored.UpdatedAt = tx.now, tx.now
-		prev, err := tx.schedule(sc.Name)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return err
-		case !replace:
-			return fmt.Errorf("schedule %q already exists: %w", sc.Name, store.ErrDuplicate)
-		default:
-			stored.CreatedAt, stored.LastFireAt = prev.CreatedAt, prev.LastFireAt
-			if prev.Spec == sc.Spec && prev.Timezone == sc.Timezone {
-				// Declared again with the same timing (every node start
-				// does this): the tick about to fire must not move.
-				stored.NextFireAt = prev.NextFireAt
-			}
+		args := []any{sc.Name, sc.Spec, sc.Timezone, sc.CatchUp, sc.Kind, sc.Key, sc.Bucket,
+			string(jsonOrNull(sc.Payload)), sc.Priority, sc.MaxAttempts, sc.Timeout.Milliseconds(), sc.Enabled,
+			dbTime(sc.NextFireAt).UnixMicro(), micros(dbTime(sc.LastFireAt)), tx.now.UnixMicro(), tx.now.UnixMicro()}
+		if mode != store.UpsertCreate {
+			args = append(args, mode == store.UpsertReplaceEnabled)
 		}
-		_, err = tx.exec(upsertScheduleSQL, stored.Name, stored.Spec, stored.Timezone, stored.CatchUp, stored.Kind,
-			stored.Key, stored.Bucket, string(stored.Payload), stored.Priority, stored.MaxAttempts,
-			stored.Timeout.Milliseconds(), stored.Enabled, stored.NextFireAt.UnixMicro(), micros(stored.LastFireAt),
-			stored.CreatedAt.UnixMicro(), stored.UpdatedAt.UnixMicro())
+		var err error
+		out, err = scanSchedule(tx.queryRow(q+` RETURNING `+scheduleColumns, args...))
 		if err != nil {
+			err = translate(err)
+			if errors.Is(err, store.ErrDuplicate) {
+				return fmt.Errorf("schedule %q already exists: %w", sc.Name, store.ErrDuplicate)
+			}
 			return wrap(err, "write schedule %q", sc.Name)
 		}
-		out = stored
 		return nil
 	})
 	if err != nil {
@@ -256,7 +271,7 @@ func (s *Store) FireSchedules(ctx context.Context, owner string, reqs []store.Fi
 		if err != nil {
 			return nil, err
 		}
-		if err := checkNewTasks(fired, n); err != nil {
+		if err := store.CheckNewTasks(fired, n); err != nil {
 			return nil, fmt.Errorf("fire schedules: %w", err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ import (
 const taskColumns = `id, kind, key, bucket, status, status_version, priority, run_at, attempt, max_attempts,
     timeout_ms, payload, result, progress, error, claim_seq, owner, node, epoch, lease_expires_at,
     stop_requested, pause_requested, schedule, scheduled_for, unique_key, created_at, started_at,
-    finished_at, updated_at`
+    finished_at, updated_at, pipeline_id, step`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -32,12 +31,13 @@ func scanTask(row scanner) (*task.Task, error) {
 		payload, result, progress                         sql.NullString
 		owner, schedule, uniqueKey                        sql.NullString
 		runAt, leaseExp, scheduledFor, createdAt, started sql.NullInt64
-		finished, updated                                 sql.NullInt64
+		finished, updated, pipeline                       sql.NullInt64
+		step                                              sql.NullString
 	)
 	err := row.Scan(&t.ID, &t.Kind, &t.Key, &t.Bucket, &status, &t.StatusVersion, &t.Priority, &runAt,
 		&t.Attempt, &t.MaxAttempts, &timeoutMS, &payload, &result, &progress, &t.Error, &t.ClaimSeq, &owner,
 		&t.Node, &t.Epoch, &leaseExp, &t.StopRequested, &t.PauseRequested, &schedule, &scheduledFor,
-		&uniqueKey, &createdAt, &started, &finished, &updated)
+		&uniqueKey, &createdAt, &started, &finished, &updated, &pipeline, &step)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +47,7 @@ func scanTask(row scanner) (*task.Task, error) {
 	t.Result = doc(result)
 	t.Progress = doc(progress)
 	t.Owner, t.Schedule, t.UniqueKey = owner.String, schedule.String, uniqueKey.String
+	t.Pipeline, t.Step = pipeline.Int64, step.String
 	t.RunAt, t.LeaseExpiresAt, t.ScheduledFor = fromMicros(runAt), fromMicros(leaseExp), fromMicros(scheduledFor)
 	t.CreatedAt, t.StartedAt, t.FinishedAt, t.UpdatedAt = fromMicros(createdAt), fromMicros(started),
 		fromMicros(finished), fromMicros(updated)
@@ -86,43 +87,6 @@ func nullString(s string) any {
 
 func taskNotFound(id int64) error {
 	return fmt.Errorf("task %d: %w", id, store.ErrNotFound)
-}
-
-// checkNewTasks refuses a batch that no store could carry out, naming the
-// first bad task, by the same rules as the PostgreSQL store's
-// validateTasks, so that both accept the same tasks. It is the one place
-// the SQLite store validates new tasks.
-func checkNewTasks(tasks []store.NewTask, numBuckets int) error {
-	seen := make(map[string]int)
-	for i, nt := range tasks {
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("task %d of %d: %s: %w", i, len(tasks), fmt.Sprintf(format, args...), store.ErrInvalid)
-		}
-		switch {
-		case nt.Kind == "":
-			return bad("no kind")
-		case len(nt.Payload) > 0 && !json.Valid(nt.Payload):
-			return bad("payload is not valid JSON")
-		case nt.Bucket < 0 || (numBuckets > 0 && nt.Bucket >= numBuckets):
-			return bad("bucket %d does not exist: this fleet has buckets 0-%d", nt.Bucket, numBuckets-1)
-		case nt.MaxAttempts < 0:
-			return bad("max attempts %d is negative", nt.MaxAttempts)
-		case nt.Priority < math.MinInt32 || nt.Priority > math.MaxInt32:
-			return bad("priority %d is out of range", nt.Priority)
-		case nt.ScheduledFor.IsZero() != (nt.Schedule == ""):
-			return bad("schedule and scheduled-for go together")
-		}
-		if err := store.CheckTimeout(nt.Timeout); err != nil {
-			return bad("%v", err)
-		}
-		if nt.UniqueKey != "" {
-			if j, dup := seen[nt.UniqueKey]; dup {
-				return fmt.Errorf("tasks %d and %d of the batch share the unique key %q: %w", j, i, nt.UniqueKey, store.ErrDuplicate)
-			}
-			seen[nt.UniqueKey] = i
-		}
-	}
-	return nil
 }
 
 // insertChunk is how many tasks one INSERT statement carries: per row,
@@ -283,7 +247,7 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNewTasks(tasks, n); err != nil {
+	if err := store.CheckNewTasks(tasks, n); err != nil {
 		return nil, err
 	}
 	var out []*task.Task
@@ -320,6 +284,10 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	want, err := store.ParsePayloadFilter(f.Payload)
+	if err != nil {
+		return nil, err
+	}
 	var (
 		where []string
 		args  []any
@@ -339,7 +307,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 		where = append(where, "bucket IN (SELECT value FROM json_each(?))")
 		args = append(args, intsJSON(f.Buckets.Slice()))
 	}
-	for _, c := range []struct{ col, val string }{{"kind", f.Kind}, {"key", f.Key}, {"schedule", f.Schedule}} {
+	for _, c := range []struct{ col, val string }{{"kind", f.Kind}, {"key", f.Key}, {"schedule", f.Schedule}, {"node", f.Node}} {
 		if c.val != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.val)
@@ -353,20 +321,31 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limitOr(f.Limit, defaultListLimit))
+	limit := limitOr(f.Limit, defaultListLimit)
+	q += " ORDER BY id DESC"
+	if want == nil {
+		q += " LIMIT ?"
+		args = append(args, limit)
+	}
+	// With a payload filter the rows the other filters keep are read
+	// newest first and tested in Go, by the rules of PostgreSQL's jsonb @>
+	// (store.PayloadContains), until the page is full: SQLite's JSON
+	// functions have no containment, and one written with json_tree would
+	// still read every candidate row.
 	rows, err := s.rdb.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, requireSchema(wrap(err, "list tasks"))
 	}
 	defer rows.Close()
 	out := []*task.Task{}
-	for rows.Next() {
+	for len(out) < limit && rows.Next() {
 		t, err := scanTask(rows)
 		if err != nil {
 			return nil, wrap(err, "list tasks")
 		}
-		out = append(out, t)
+		if want == nil || store.PayloadContains(t.Payload, want) {
+			out = append(out, t)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap(err, "list tasks")
@@ -611,6 +590,12 @@ func move(tx *wtx, t *task.Task, to task.Status, m moveDetails) error {
 	}
 	tx.events = append(tx.events, task.Event{TaskID: t.ID, Seq: t.StatusVersion, From: from, To: to, At: now,
 		Node: m.node, Epoch: m.epoch, Attempt: t.Attempt, Reason: m.reason, Error: m.errText})
+	if to.Terminal() && t.Pipeline != 0 {
+		// In the same transaction as the move, as the PostgreSQL store
+		// does it in the same statement: release or skip the steps that
+		// wait for it.
+		return resolveDependents(tx, t, m)
+	}
 	return nil
 }
 

@@ -37,7 +37,7 @@ func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTa
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNewTasks(tasks, n); err != nil {
+	if err := store.CheckNewTasks(tasks, n); err != nil {
 		return nil, err
 	}
 	if err := s.sameFile(ctx, stx); err != nil {
