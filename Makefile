@@ -28,9 +28,16 @@ INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/int
 # other tests' included, so `make test` and `make test-integration` run it
 # alone, after everything else, in a `go test -p 1` of its own.
 RESTART_TEST := TestFaultPostgresRestart
+
+# The CLI integration tests run a second time with every fleet on an SQLite
+# file (FLOTILLA_TEST_STORE=sqlite). The scenarios that need a TCP proxy, a
+# server restart, row locks or the probe ledger stay PostgreSQL's; the kill
+# -9, SIGSTOP and SIGTERM scenarios on SQLite (TestSQLite*) run in the first
+# pass, as they always use SQLite.
+SQLITE_PASS := ^(TestBadBucketsExitTwo|TestSubmitRefusals|TestWorkerCLIFlagsAfterPositional|TestStopFromAThirdProcess|TestScheduleCLIRefusesBadDefinitions|TestScheduleCLILifecycle|TestTwoWorkersRunEachBucketsTasks|TestAStandbyTakesOverAfterKill9|TestSigtermReleasesBucketsForAStandby|TestASecondProcessWithALiveNodeIDIsRefused|TestStoppingAnExecTaskLeavesNoProcess|TestExecIsRefusedWithoutAnAllowList|TestAStandbyRescuesTheTaskOfAKilledHolder|TestAKilledHoldersTaskOnItsLastAttemptIsLost|TestWorkerReconcileRescuesOnlyUnheldBuckets)$$
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare tidy clean
+.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite tidy clean check-postgres
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -48,21 +55,33 @@ ifneq ($(wildcard cmd/worker),)
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/worker ./cmd/worker
 endif
 
-test: ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
+# make test needs PostgreSQL: FLOTILLA_TEST_DSN (set above when a local
+# server answers), or Docker for testcontainers to start one. Without
+# either, stop before running anything rather than fail test by test.
+check-postgres:
+	@if [ -z "$${FLOTILLA_TEST_DSN:-}" ] && [ -z "$${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ] && \
+		! docker info >/dev/null 2>&1; then \
+		echo 'make test needs PostgreSQL, and found neither a server nor Docker: start a local PostgreSQL on 127.0.0.1:5432 that trusts the postgres user (Debian: apt install postgresql), set FLOTILLA_TEST_DSN to a server you have (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), or start Docker so the tests can run PostgreSQL in a container.' >&2; \
+		exit 1; \
+	fi
+
+test: check-postgres ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' ./...
 ifneq ($(wildcard test/integration),)
+	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
 endif
 
 test-short: ## Run the unit tests only (-short)
 	$(GO) test -short ./...
 
-test-integration: ## Run the PostgreSQL integration tests (store, test/integration)
+test-integration: check-postgres ## Run the integration tests (store, test/integration)
 ifeq ($(strip $(INTEGRATION_PKGS)),)
 	@echo 'No integration test packages yet.'
 else
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' $(INTEGRATION_PKGS)
 ifneq ($(wildcard test/integration),)
+	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
 endif
 endif
@@ -83,6 +102,11 @@ bench: ## Run the benchmarks
 
 bench-compare: ## Run flotilla and River side by side (bench/; needs PostgreSQL; about 20 minutes)
 	cd bench && $(GO) run ./cmd/compare -runs 3 -idle-jobs 200
+
+bench-sqlite: ## flotilla and River side by side on SQLite, and flotilla's start latency on SQLite (bench/; about 15 minutes)
+	cd bench && $(GO) run ./cmd/compare -sqlite -runs 3 -insert-jobs 100000 -burn-jobs 100000
+	$(GO) build -o bin/worker ./cmd/worker
+	cd bench && $(GO) run ./cmd/sqlitelatency -worker ../bin/worker -runs 3
 
 tidy: ## Tidy go.mod and go.sum
 	$(GO) mod tidy

@@ -1,6 +1,6 @@
 // Package flotilla is the client of a flotilla fleet, for applications that
 // only enqueue and inspect tasks: Submit, SubmitMany, SubmitTx inside the
-// caller's pgx transaction, Get and List, and Stop, Pause and Resume. A
+// caller's transaction, Get and List, and Stop, Pause and Resume. A
 // Client never runs tasks and never consumes commands: it issues them, and
 // nodes (package node) apply them.
 //
@@ -22,13 +22,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/store/postgres"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -43,9 +41,11 @@ type Client struct {
 	viewTTL time.Duration
 }
 
-// Connect opens a Client on the fleet at dsn (PostgreSQL).
+// Connect opens a Client on the fleet at dsn: a PostgreSQL URL
+// (postgres://...) or an SQLite file (sqlite:PATH, or a path ending in .db);
+// see package dsn.
 func Connect(ctx context.Context, dsn string) (*Client, error) {
-	s, err := postgres.New(ctx, dsn)
+	s, err := storedsn.Open(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -188,20 +188,23 @@ func (c *Client) SubmitMany(ctx context.Context, rs []TaskRequest, opts ...Submi
 }
 
 // SubmitTx creates tasks inside the caller's transaction: they exist, and
-// nodes hear of them, only if tx commits. It needs a PostgreSQL store. It
-// does not check that the tasks will be served, since the caller's
-// transaction decides when they exist; a task without a key still goes to a
-// bucket a live node holds, when one does.
-func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, rs ...TaskRequest) ([]*task.Task, error) {
-	pg, ok := c.store.(*postgres.Store)
+// nodes hear of them, only if tx commits. tx is the store's own kind of
+// transaction (see store.TxCreator): a pgx.Tx on the PostgreSQL store's
+// database, or a *sql.Tx on the SQLite store's file; another kind is
+// refused with store.ErrInvalid. It does not check that the tasks will be
+// served, since the caller's transaction decides when they exist; a task
+// without a key still goes to a bucket a live node holds, when one does.
+func (c *Client) SubmitTx(ctx context.Context, tx any, rs ...TaskRequest) ([]*task.Task, error) {
+	txs, ok := c.store.(store.TxCreator)
 	if !ok {
-		return nil, fmt.Errorf("SubmitTx needs the PostgreSQL store, not %T", c.store)
+		return nil, fmt.Errorf("%w: SubmitTx needs a store that creates tasks in the caller's transaction "+
+			"(PostgreSQL or SQLite), not %T", store.ErrInvalid, c.store)
 	}
 	nts, err := c.route(ctx, rs, submitOptions{allowUnowned: true, allowUnknownKind: true})
 	if err != nil {
 		return nil, err
 	}
-	return pg.CreateTasksTx(ctx, tx, nts)
+	return txs.CreateTasksInTx(ctx, tx, nts)
 }
 
 // route turns requests into the store's form, with their buckets.

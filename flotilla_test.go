@@ -318,6 +318,19 @@ func TestSubmitTxFollowsTheCallersTransaction(t *testing.T) {
 	}
 }
 
+func TestSubmitTxRefusesAnotherStoresTransaction(t *testing.T) {
+	b := setup(t)
+	_, _, _, db := sqliteClient(t)
+	tx, err := db.BeginTx(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := b.client.SubmitTx(b.ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("SubmitTx on PostgreSQL with a *sql.Tx: %v, want store.ErrInvalid", err)
+	}
+}
+
 func TestBucketsShowHoldersStandbysAndBacklog(t *testing.T) {
 	b := setup(t)
 	b.startNode(t)

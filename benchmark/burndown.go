@@ -58,10 +58,10 @@ func (c CallCounts) ClaimPerTask() time.Duration {
 }
 
 // countingStore counts the hot-path calls of the nodes using it and the
-// tasks that succeeded. It embeds the PostgreSQL store, so that its
-// notifications (Listen) reach the nodes as they would without it.
+// tasks that succeeded. It embeds the store with its notifications
+// (Listen), so that they reach the nodes as they would without it.
 type countingStore struct {
-	*postgres.Store
+	Store
 
 	claims, claimed, claimNanos      atomic.Int64
 	advances, advanced, advanceNanos atomic.Int64
@@ -71,7 +71,7 @@ type countingStore struct {
 	progress chan struct{}
 }
 
-func newCountingStore(s *postgres.Store) *countingStore {
+func newCountingStore(s Store) *countingStore {
 	return &countingStore{Store: s, progress: make(chan struct{}, 1)}
 }
 
@@ -153,7 +153,7 @@ func (c *countingStore) waitSucceeded(ctx context.Context, want int, progress fu
 // analyzes the task table first; the clock runs from the node's start to
 // the last recorded success. progress, when not nil, is called with the
 // number of tasks done so far.
-func BurnDown(ctx context.Context, s *postgres.Store, jobs int, cfg node.Config, progress func(done int)) (BurnDownResult, error) {
+func BurnDown(ctx context.Context, s Store, jobs int, cfg node.Config, progress func(done int)) (BurnDownResult, error) {
 	cfg.AllBuckets, cfg.Buckets = true, bucket.Set{}
 	return burnDown(ctx, s, jobs, []node.Config{cfg}, progress)
 }
@@ -161,7 +161,7 @@ func BurnDown(ctx context.Context, s *postgres.Store, jobs int, cfg node.Config,
 // BurnDownSpread is BurnDown with nodes nodes in this process, sharing the
 // store (and so its connection pool), each declaring an equal share of the
 // fleet's buckets in contiguous ranges.
-func BurnDownSpread(ctx context.Context, s *postgres.Store, jobs, nodes int, cfg node.Config, progress func(done int)) (BurnDownResult, error) {
+func BurnDownSpread(ctx context.Context, s Store, jobs, nodes int, cfg node.Config, progress func(done int)) (BurnDownResult, error) {
 	meta, err := s.Meta(ctx)
 	if err != nil {
 		return BurnDownResult{}, err
@@ -188,7 +188,7 @@ func BurnDownSpread(ctx context.Context, s *postgres.Store, jobs, nodes int, cfg
 	return burnDown(ctx, s, jobs, cfgs, progress)
 }
 
-func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Config, progress func(done int)) (BurnDownResult, error) {
+func burnDown(ctx context.Context, s Store, jobs int, cfgs []node.Config, progress func(done int)) (BurnDownResult, error) {
 	if jobs <= 0 {
 		return BurnDownResult{}, fmt.Errorf("burn-down: %d jobs; give at least 1", jobs)
 	}
@@ -213,7 +213,16 @@ func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Conf
 		n.Register(Kind, kinds.Noop)
 		nodes = append(nodes, n)
 	}
-	serverBefore, cpuErr := ReadBackendCPU(ctx, s.Pool())
+	// The server's CPU is PostgreSQL's backends'; SQLite runs in this
+	// process, where ClientCPU counts it.
+	pg, onPostgres := s.(*postgres.Store)
+	var (
+		serverBefore BackendCPU
+		cpuErr       = errors.New("no database server")
+	)
+	if onPostgres {
+		serverBefore, cpuErr = ReadBackendCPU(ctx, pg.Pool())
+	}
 	clientBefore := ProcessCPU()
 	start := time.Now()
 	for i, n := range nodes {
@@ -228,7 +237,7 @@ func burnDown(ctx context.Context, s *postgres.Store, jobs int, cfgs []node.Conf
 	}
 	r := BurnDownResult{Jobs: jobs, Nodes: len(cfgs), Elapsed: end.Sub(start), ClientCPU: ProcessCPU() - clientBefore}
 	if cpuErr == nil {
-		if after, err := ReadBackendCPU(ctx, s.Pool()); err == nil {
+		if after, err := ReadBackendCPU(ctx, pg.Pool()); err == nil {
 			r.ServerCPU = after.Since(serverBefore)
 		}
 	}

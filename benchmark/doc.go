@@ -1,4 +1,4 @@
-// Package benchmark measures a flotilla fleet on PostgreSQL with the
+// Package benchmark measures a flotilla fleet, on PostgreSQL or SQLite, with the
 // workloads users compare job systems on: a bulk insert, the burn-down of a
 // backlog of no-op tasks, the time from a single insert to the start of its
 // handler (at a fixed rate, and on an idle node), and the time from a stop
@@ -15,3 +15,13 @@
 // inserted and analyzed before the clock starts, and the clock runs from the
 // node's start to the last recorded completion.
 package benchmark
+
+import "github.com/flotilla-dev/flotilla/store"
+
+// Store is what the workloads run on: a store with notifications, as both
+// the PostgreSQL and the SQLite store are, so that nodes hear of new tasks
+// as they would in production.
+type Store interface {
+	store.Store
+	store.Notifier
+}

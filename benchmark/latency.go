@@ -12,7 +12,6 @@ import (
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/node"
-	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -48,7 +47,7 @@ type latencyPayload struct {
 // (configured by cfg), the time from the call to Submit (insert and commit
 // included) to the start of the task's handler. progress, when not nil, is
 // called with the number of tasks started so far.
-func StartLatency(ctx context.Context, s *postgres.Store, cfg node.Config, lc LatencyConfig, progress func(done int)) (Percentiles, error) {
+func StartLatency(ctx context.Context, s Store, cfg node.Config, lc LatencyConfig, progress func(done int)) (Percentiles, error) {
 	if lc.Jobs <= 0 {
 		return Percentiles{}, fmt.Errorf("start latency: %d jobs; give at least 1", lc.Jobs)
 	}
@@ -185,7 +184,7 @@ func MeasureStarts(ctx context.Context, lc LatencyConfig, submit func() error, s
 // for a running task (commands.Stop, as `worker stop` does: a command row
 // and a notification) to the cancellation of its handler's context, on one
 // node in this process holding every bucket.
-func StopToCancel(ctx context.Context, s *postgres.Store, cfg node.Config, jobs int, progress func(done int)) (Percentiles, error) {
+func StopToCancel(ctx context.Context, s Store, cfg node.Config, jobs int, progress func(done int)) (Percentiles, error) {
 	if jobs <= 0 {
 		return Percentiles{}, fmt.Errorf("stop to cancel: %d jobs; give at least 1", jobs)
 	}
@@ -252,7 +251,7 @@ func StopToCancel(ctx context.Context, s *postgres.Store, cfg node.Config, jobs 
 }
 
 // startNode starts a node holding every bucket with one handler.
-func startNode(ctx context.Context, s *postgres.Store, cfg node.Config, kind string, h node.Handler) (*node.Node, error) {
+func startNode(ctx context.Context, s Store, cfg node.Config, kind string, h node.Handler) (*node.Node, error) {
 	cfg.AllBuckets, cfg.Buckets = true, bucket.Set{}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

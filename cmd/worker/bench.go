@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/flotilla-dev/flotilla/benchmark"
-	"github.com/flotilla-dev/flotilla/store/postgres"
 )
 
 func benchCommand() *cli.Command {
@@ -50,14 +49,14 @@ func benchCommand() *cli.Command {
 			}
 			defer func() { _ = log.Sync() }()
 			cfg.Logger = log
-			dsn, err := requireDSN(c)
+			_, target, err := requireDSN(c)
 			if err != nil {
 				return err
 			}
-			if _, err := postgres.EnsureDatabase(c.Context, dsn); err != nil {
+			if _, err := target.Ensure(c.Context); err != nil {
 				return err
 			}
-			s, err := postgres.New(c.Context, dsn)
+			s, err := target.Open(c.Context)
 			if err != nil {
 				return err
 			}
@@ -67,7 +66,11 @@ func benchCommand() *cli.Command {
 			}
 			bar := newProgressBar(c.App.ErrWriter)
 			cfg.Progress = bar.update
-			r, err := benchmark.Run(c.Context, s, cfg)
+			bs, ok := s.(benchmark.Store)
+			if !ok {
+				return fmt.Errorf("worker bench needs a store with notifications, not %T", s)
+			}
+			r, err := benchmark.Run(c.Context, bs, cfg)
 			bar.finish()
 			if errors.Is(err, benchmark.ErrFleetBusy) {
 				return refused(err)

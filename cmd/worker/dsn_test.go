@@ -40,6 +40,7 @@ func TestDSNRefusals(t *testing.T) {
 	good := writeFile(t, unreachable)
 	tests := []struct {
 		name     string
+		env      string
 		args     []string
 		mentions []string
 	}{
@@ -53,8 +54,10 @@ func TestDSNRefusals(t *testing.T) {
 			mentions: []string{"--dsn-file " + empty + " is empty"}},
 		{name: "empty flag", args: []string{"buckets", "--dsn", ""},
 			mentions: []string{"--dsn is empty"}},
-		{name: "no database", args: []string{"run"},
-			mentions: []string{"no database", dsnEnv, "--dsn-file"}},
+		{name: "neither form", args: []string{"list", "--dsn", "mysql://u:hunter2@h/db"},
+			mentions: []string{`"mysql://u@h/db"`, "postgres://", "sqlite:PATH", "path ending in .db"}},
+		{name: "neither form from the environment", env: "host=db password=hunter2", args: []string{"run"},
+			mentions: []string{"host=db", "postgres://", "sqlite:PATH"}},
 		{name: "bucket-of missing file", args: []string{"bucket-of", "k", "--dsn-file", missing},
 			mentions: []string{"--dsn-file " + missing}},
 		{name: "bench both flags", args: []string{"bench", "--dsn", unreachable, "--dsn-file", good},
@@ -62,7 +65,13 @@ func TestDSNRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.env != "" {
+				t.Setenv(dsnEnv, tt.env)
+			}
 			stdout, stderr, code := runWorker(t, tt.args...)
+			if strings.Contains(stderr, "hunter2") {
+				t.Errorf("stderr shows the password: %s", stderr)
+			}
 			if code != exitInvalid {
 				t.Errorf("exit %d, want %d; stderr: %s", code, exitInvalid, stderr)
 			}
@@ -107,7 +116,6 @@ func TestRunWarnsOfAPasswordOnTheCommandLine(t *testing.T) {
 	}{
 		{name: "url", args: []string{"--dsn", withPassword}, warn: true},
 		{name: "url query", args: []string{"--dsn", unreachable + "&password=" + secret}, warn: true},
-		{name: "keywords", args: []string{"--dsn", "host=127.0.0.1 port=1 user=flotilla password=" + secret + " sslmode=disable"}, warn: true},
 		{name: "no password", args: []string{"--dsn", unreachable}},
 		{name: "file", args: []string{"--dsn-file", writeFile(t, withPassword)}},
 		{name: "environment", env: withPassword},
@@ -170,4 +178,29 @@ func TestEveryCommandWithDSNTakesDSNFile(t *testing.T) {
 		}
 	}
 	walk("", newApp(nil, nil).Commands)
+}
+
+// TestNoDSNUsesTheSQLiteFileInTheWorkingDirectory: with no --dsn,
+// --dsn-file or $FLOTILLA_DSN every command uses flotilla.db in the working
+// directory, and says so once on stderr.
+func TestNoDSNUsesTheSQLiteFileInTheWorkingDirectory(t *testing.T) {
+	withoutDSNEnv(t)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	note := "using the SQLite file " + filepath.Join(dir, "flotilla.db")
+	for _, args := range [][]string{{"migrate", "--num-buckets", "8"}, {"submit", "--kind", "noop", "--key", "k", "--allow-unowned", "--allow-unknown-kind"}, {"list"}} {
+		stdout, stderr, code := runWorker(t, args...)
+		if code != 0 {
+			t.Fatalf("worker %v: exit %d; stderr: %s", args, code, stderr)
+		}
+		if n := strings.Count(stderr, note); n != 1 {
+			t.Errorf("worker %v said %q %d times on stderr, want once: %s", args, note, n, stderr)
+		}
+		if strings.Contains(stdout, note) {
+			t.Errorf("worker %v printed the note on stdout", args)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "flotilla.db")); err != nil {
+		t.Fatalf("no flotilla.db in the working directory: %v", err)
+	}
 }

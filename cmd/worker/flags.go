@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 )
 
 // Flags shared by the commands that use them (DESIGN §9).
@@ -39,6 +41,7 @@ const (
 	dsnFromFlag
 	dsnFromFile
 	dsnFromEnv
+	dsnDefault // none given: dsn.Default
 )
 
 // lookupDSN returns the connection string given by --dsn, --dsn-file or
@@ -81,21 +84,32 @@ func lookupDSN(c *cli.Context) (string, dsnOrigin, error) {
 const exampleDSN = "postgres://postgres@127.0.0.1:5432/flotilla"
 
 // requireDSN is lookupDSN for the commands that cannot go without a
-// database.
-func requireDSN(c *cli.Context) (string, error) {
-	dsn, _, err := requireDSNFrom(c)
-	return dsn, err
+// database: with none given they use dsn.Default, the SQLite file
+// flotilla.db in the working directory, and say so once on stderr. A DSN of
+// no accepted form is invalid input, named without its password.
+func requireDSN(c *cli.Context) (string, storedsn.Target, error) {
+	raw, target, origin, err := requireDSNFrom(c)
+	if err == nil && origin == dsnDefault {
+		fmt.Fprintf(c.App.ErrWriter, "no --dsn, --dsn-file or $%s: using the SQLite file %s\n", dsnEnv, target.Path)
+	}
+	return raw, target, err
 }
 
-func requireDSNFrom(c *cli.Context) (string, dsnOrigin, error) {
-	dsn, origin, err := lookupDSN(c)
+// requireDSNFrom is requireDSN that says nothing and tells where the DSN
+// came from: `worker run` logs the default store instead.
+func requireDSNFrom(c *cli.Context) (string, storedsn.Target, dsnOrigin, error) {
+	raw, origin, err := lookupDSN(c)
 	if err != nil {
-		return "", dsnMissing, err
+		return "", storedsn.Target{}, dsnMissing, err
 	}
 	if origin == dsnMissing {
-		return "", dsnMissing, invalid(fmt.Errorf("no database: set %s, or give --dsn-file or --dsn (e.g. %s)", dsnEnv, exampleDSN))
+		raw, origin = storedsn.Default, dsnDefault
 	}
-	return dsn, origin, nil
+	target, err := storedsn.Parse(raw)
+	if err != nil {
+		return "", storedsn.Target{}, dsnMissing, invalid(err)
+	}
+	return raw, target, origin, nil
 }
 
 // hasPassword reports whether a connection string, URL or keyword/value,

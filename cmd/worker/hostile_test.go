@@ -209,8 +209,10 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		// connection strings that do not parse
 		{"dsn bad port", []string{"list", "--dsn", "postgres://u:secret@h:notaport/db"}, 2, []string{"invalid PostgreSQL DSN", "invalid port"}},
 		{"dsn bad escape", []string{"submit", "--kind", "noop", "--dsn", "postgres://%zz"}, 2, []string{"invalid PostgreSQL DSN"}},
-		{"dsn not a dsn", []string{"migrate", "--dsn", "hello world"}, 2, []string{"invalid PostgreSQL DSN"}},
-		{"dsn run", []string{"run", "--node-id", "n", "--dsn", "host=h port=notaport"}, 2, []string{"invalid PostgreSQL DSN"}},
+		// A DSN of neither form (a keyword/value string included) is named,
+		// with the two forms that are.
+		{"dsn not a dsn", []string{"migrate", "--dsn", "hello world"}, 2, []string{`"hello world" is neither`, "postgres://", "sqlite:PATH"}},
+		{"dsn run", []string{"run", "--node-id", "n", "--dsn", "host=h port=notaport"}, 2, []string{`"host=h port=notaport" is neither`, "sqlite:PATH"}},
 	}
 	before := snapshot(t, dsn)
 	for _, tt := range tests {

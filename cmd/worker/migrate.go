@@ -9,7 +9,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/store/postgres"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 )
 
 var numBucketsFlag = &cli.IntFlag{
@@ -34,18 +34,18 @@ func migrateCommand() *cli.Command {
 					return invalid(fmt.Errorf("invalid --num-buckets: %w", err))
 				}
 			}
-			dsn, err := requireDSN(c)
+			_, target, err := requireDSN(c)
 			if err != nil {
 				return err
 			}
-			created, err := postgres.EnsureDatabase(c.Context, dsn)
+			created, err := target.Ensure(c.Context)
 			if err != nil {
 				return err
 			}
 			if created {
 				fmt.Fprintln(c.App.ErrWriter, "created the database")
 			}
-			s, err := postgres.New(c.Context, dsn)
+			s, err := target.Open(c.Context)
 			if err != nil {
 				return err
 			}
@@ -68,8 +68,12 @@ func migrateCommand() *cli.Command {
 
 // openFleet connects and reads the fleet's metadata, refusing a schema this
 // binary does not know.
-func openFleet(ctx context.Context, dsn string) (*postgres.Store, store.Meta, error) {
-	s, err := postgres.New(ctx, dsn)
+func openFleet(ctx context.Context, dsn string) (store.Store, store.Meta, error) {
+	target, err := storedsn.Parse(dsn)
+	if err != nil {
+		return nil, store.Meta{}, invalid(err)
+	}
+	s, err := target.Open(ctx)
 	if err != nil {
 		return nil, store.Meta{}, err
 	}

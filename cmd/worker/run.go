@@ -21,7 +21,7 @@ import (
 	"github.com/flotilla-dev/flotilla/metrics"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/store/postgres"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 )
 
 func runCommand() *cli.Command {
@@ -101,7 +101,7 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			dsn, origin, err := requireDSNFrom(c)
+			dsn, target, origin, err := requireDSNFrom(c)
 			if err != nil {
 				return err
 			}
@@ -111,6 +111,10 @@ func runCommand() *cli.Command {
 			// children from reading that.
 			if err := os.Unsetenv(dsnEnv); err != nil {
 				return fmt.Errorf("unset %s: %w", dsnEnv, err)
+			}
+			if origin == dsnDefault {
+				log.Info("no --dsn, --dsn-file or $"+dsnEnv+": using the SQLite file in the working directory",
+					zap.String("path", target.Path))
 			}
 			if origin == dsnFromFlag && hasPassword(dsn) {
 				log.Warn("the database password was given on the command line, which every user of this host can read " +
@@ -126,7 +130,7 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runNode(c.Context, dsn, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log,
+			return runNode(c.Context, target, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log,
 				httpOptions{ui: c.Bool("ui"), uiToken: uiTok})
 		},
 	}
@@ -161,16 +165,16 @@ type httpOptions struct {
 	uiToken string // its token; "" for a read-only dashboard
 }
 
-func runNode(ctx context.Context, dsn, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool,
+func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool,
 	log *zap.Logger, opts httpOptions) error {
 	// A node sets its fleet up if nobody has: the database, the schema, the
 	// bucket count. Both steps are safe to race with other nodes.
-	if created, err := postgres.EnsureDatabase(ctx, dsn); err != nil {
+	if created, err := target.Ensure(ctx); err != nil {
 		return err
 	} else if created {
 		log.Info("created the database")
 	}
-	s, err := postgres.New(ctx, dsn)
+	s, err := target.Open(ctx)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 // connect opens a fleet client from the command's --dsn.
 func connect(c *cli.Context) (*flotilla.Client, error) {
-	dsn, err := requireDSN(c)
+	dsn, _, err := requireDSN(c)
 	if err != nil {
 		return nil, err
 	}

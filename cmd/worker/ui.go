@@ -19,6 +19,7 @@ import (
 	"github.com/flotilla-dev/flotilla/metrics"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 )
 
@@ -56,14 +57,21 @@ func uiCommand() *cli.Command {
 				return err
 			}
 			defer func() { _ = log.Sync() }()
-			dsn, err := requireDSN(c)
+			dsn, target, err := requireDSN(c)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			s, err := postgres.New(ctx, dsn, postgres.WithStatementTimeout(qt), postgres.WithApplicationName("flotilla-ui"),
-				postgres.WithMaxConns(8))
+			var s store.Store
+			if target.Kind == storedsn.PostgreSQL {
+				// The server also bounds each statement, for a page whose
+				// context the dashboard's own timeout cannot reach.
+				s, err = postgres.New(ctx, dsn, postgres.WithStatementTimeout(qt), postgres.WithApplicationName("flotilla-ui"),
+					postgres.WithMaxConns(8))
+			} else {
+				s, err = target.Open(ctx)
+			}
 			if err != nil {
 				return err
 			}

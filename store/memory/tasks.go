@@ -198,11 +198,9 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 			return nil, fmt.Errorf("%w: unknown task status %q", store.ErrInvalid, st)
 		}
 	}
-	var want any
-	if f.Payload != nil {
-		if err := json.Unmarshal(f.Payload, &want); err != nil {
-			return nil, fmt.Errorf("list tasks: payload filter %s is not valid JSON; give a JSON value such as {\"customer\": 7}: %w", f.Payload, store.ErrInvalid)
-		}
+	want, err := store.ParsePayloadFilter(f.Payload)
+	if err != nil {
+		return nil, err
 	}
 	db, err := s.begin(ctx)
 	if err != nil {
@@ -217,7 +215,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	}
 	out := []*task.Task{}
 	for id := newest; id >= 1 && len(out) < limit; id-- {
-		if rec := db.tasks[id-1]; matches(&rec.Task, f) && (f.Payload == nil || payloadContains(rec.Payload, want)) {
+		if rec := db.tasks[id-1]; matches(&rec.Task, f) && (f.Payload == nil || store.PayloadContains(rec.Payload, want)) {
 			out = append(out, rec.snapshot())
 		}
 	}
@@ -234,68 +232,6 @@ func matches(t *task.Task, f store.TaskFilter) bool {
 		(f.Key == "" || f.Key == t.Key) &&
 		(f.Schedule == "" || f.Schedule == t.Schedule) &&
 		(f.Node == "" || f.Node == t.Node)
-}
-
-// payloadContains is PostgreSQL's jsonb @> on a stored payload.
-func payloadContains(payload json.RawMessage, want any) bool {
-	var have any
-	if len(payload) == 0 {
-		payload = json.RawMessage("null")
-	}
-	if err := json.Unmarshal(payload, &have); err != nil {
-		return false
-	}
-	return jsonContains(have, want, true)
-}
-
-// jsonContains follows jsonb containment: an object contains another when
-// it has each of its members with a value that contains the other's; an
-// array contains another when each of its elements is contained in some
-// element; scalars contain what equals them. At the top level only, an
-// array also contains a scalar that is one of its elements.
-func jsonContains(have, want any, top bool) bool {
-	switch w := want.(type) {
-	case map[string]any:
-		h, ok := have.(map[string]any)
-		if !ok {
-			return false
-		}
-		for k, wv := range w {
-			hv, ok := h[k]
-			if !ok || !jsonContains(hv, wv, false) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		h, ok := have.([]any)
-		if !ok {
-			return false
-		}
-		for _, wv := range w {
-			found := false
-			for _, hv := range h {
-				if jsonContains(hv, wv, false) {
-					found = true
-					break
-				}
-			}
-			if !found {
-				return false
-			}
-		}
-		return true
-	default:
-		if h, ok := have.([]any); ok && top {
-			for _, hv := range h {
-				if hv == want {
-					return true
-				}
-			}
-			return false
-		}
-		return have == want
-	}
 }
 
 func containsStatus(list []task.Status, s task.Status) bool {

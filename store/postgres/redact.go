@@ -174,3 +174,8 @@ func parseKeyValues(s string) ([]keyValue, bool) {
 		s = s[end:]
 	}
 }
+
+// Redact returns dsn without its password, for messages and logs: a URL
+// keeps its user, host, database and other parameters; a key=value string
+// keeps every pair but the password.
+func Redact(dsn string) string { return redact(dsn) }

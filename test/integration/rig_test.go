@@ -118,6 +118,7 @@ func (w window) contains(t time.Time) bool { return !t.Before(w.from) && !t.Afte
 // newRig creates the scenario's database, migrated, with the ledger.
 func newRig(t *testing.T) *rig {
 	t.Helper()
+	needsPostgres(t)
 	return newRigOn(t, newFleet(t))
 }
 

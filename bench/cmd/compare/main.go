@@ -1,5 +1,6 @@
 // Command compare runs flotilla and River side by side on one PostgreSQL
-// server: the same workloads, one system after the other within each run,
+// server (or, with -sqlite, on SQLite files: the bulk insert and the
+// burn-down): the same workloads, one system after the other within each run,
 // each workload of each system in a fresh database. It prints Go benchmark
 // lines that benchstat reads on stdout, and a summary (medians, spread and
 // the flotilla / River ratio against each target) on stderr.
@@ -48,6 +49,7 @@ type options struct {
 	concurrency  int
 	cpuProfile   string
 	riverProfile string
+	sqlite       bool
 }
 
 func main() {
@@ -66,8 +68,9 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run (insert, burndown, default, latency, idle, cancel); default all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of flotilla's best burn-down in the first run to this file")
 	flag.StringVar(&o.riverProfile, "river-cpuprofile", "", "write a CPU profile of River's best burn-down in the first run to this file")
+	flag.BoolVar(&o.sqlite, "sqlite", false, "run the bulk insert and the burn-down on SQLite files (River's riversqlite) instead of PostgreSQL; needs no -dsn")
 	flag.Parse()
-	if o.dsn == "" {
+	if o.dsn == "" && !o.sqlite {
 		fmt.Fprintln(os.Stderr, "compare: give -dsn or set FLOTILLA_TEST_DSN (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
 		os.Exit(2)
 	}
@@ -84,7 +87,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res := &results{}
-	if err := run(ctx, o, os.Stdout, os.Stderr, res); err != nil {
+	runner := run
+	if o.sqlite {
+		runner = runSQLite
+	}
+	if err := runner(ctx, o, os.Stdout, os.Stderr, res); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
@@ -108,6 +115,9 @@ func header(w io.Writer, dsn string) {
 	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/flotilla-dev/flotilla/bench\n", runtime.GOOS, runtime.GOARCH)
 	if cpu := cpuModel(); cpu != "" {
 		fmt.Fprintf(w, "cpu: %s\n", cpu)
+	}
+	if dsn == "" {
+		return
 	}
 	if v := serverVersion(dsn); v != "" {
 		fmt.Fprintf(w, "postgres: %s\n", v)

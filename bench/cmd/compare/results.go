@@ -135,6 +135,8 @@ func (r *results) summary(w io.Writer) {
 	ratio("bulk insert vs InsertMany", "BenchmarkBulkInsert/system=flotilla", "BenchmarkBulkInsertMany/system=river", "jobs/s", true, 1.0)
 	ratio("burn-down, best settings", "BenchmarkBurnDown/system=flotilla/settings=best", "BenchmarkBurnDown/system=river/settings=best", "jobs/s", true, 1.0)
 	ratio("burn-down, defaults", "BenchmarkBurnDown/system=flotilla/settings=default", "BenchmarkBurnDown/system=river/settings=default", "jobs/s", true, 5.0)
+	ratio("SQLite bulk insert vs InsertMany", "BenchmarkSQLiteBulkInsert/system=flotilla", "BenchmarkSQLiteBulkInsert/system=river", "jobs/s", true, 1.5)
+	ratio("SQLite burn-down, best settings", "BenchmarkSQLiteBurnDown/system=flotilla/settings=best", "BenchmarkSQLiteBurnDown/system=river/settings=best", "jobs/s", true, 1.5)
 	for _, name := range []string{"StartLatency", "IdlePickup", "Cancel"} {
 		for _, unit := range []string{"p50-ms", "p99-ms"} {
 			ratio(fmt.Sprintf("%s %s, River default / flotilla", name, unit),

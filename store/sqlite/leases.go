@@ -1,0 +1,185 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// view is the lease as readers see it: an expired lease has no holder.
+func (l leaseRow) view(now time.Time) store.BucketLease {
+	out := store.BucketLease{Bucket: l.bucket, Epoch: l.epoch, ExpiresAt: l.expiresAt}
+	if l.live(now) {
+		out.Holder, out.Node = l.owner, l.node
+	}
+	return out
+}
+
+func (s *Store) checkBuckets(ctx context.Context, set bucket.Set) error {
+	n, err := s.fleetSize(ctx)
+	if err != nil {
+		return err
+	}
+	if err := set.CheckRange(n); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	return nil
+}
+
+// AcquireBuckets takes the free, released and expired leases among the
+// requested buckets, renews the owner's live ones and leaves others' alone.
+func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([]store.BucketLease, error) {
+	if req.Owner == "" {
+		return nil, fmt.Errorf("%w: a bucket lease needs the owner's incarnation", store.ErrInvalid)
+	}
+	if req.TTL <= 0 {
+		return nil, fmt.Errorf("%w: bucket lease TTL %v is not positive", store.ErrInvalid, req.TTL)
+	}
+	if err := s.checkBuckets(ctx, req.Buckets); err != nil {
+		return nil, err
+	}
+	var out []store.BucketLease
+	err := s.write(ctx, func(tx *wtx) error {
+		out = make([]store.BucketLease, 0, req.Buckets.Len())
+		expiresAt := dbTime(tx.now.Add(req.TTL))
+		for _, b := range req.Buckets.Slice() {
+			l, err := loadLease(tx, b)
+			if err != nil {
+				return err
+			}
+			renewal := l.live(tx.now) && l.owner == req.Owner
+			switch {
+			case renewal:
+				l.expiresAt, l.node = expiresAt, req.Node
+				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET node = ?, expires_at = ?, renewed_at = ? WHERE bucket = ?`,
+					req.Node, expiresAt.UnixMicro(), tx.now.UnixMicro(), b)
+			case !l.live(tx.now):
+				// A new holder, or the same one after its lease ran out:
+				// what it did under the old epoch may have been rescued
+				// meanwhile, so its old attempts must be fenced.
+				l = leaseRow{bucket: b, owner: req.Owner, node: req.Node, epoch: l.epoch + 1, expiresAt: expiresAt}
+				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET owner = ?, node = ?, epoch = ?, expires_at = ?,
+					acquired_at = ?, renewed_at = ? WHERE bucket = ?`,
+					req.Owner, req.Node, l.epoch, expiresAt.UnixMicro(), tx.now.UnixMicro(), tx.now.UnixMicro(), b)
+			}
+			if err != nil {
+				return wrap(err, "acquire bucket %d", b)
+			}
+			lease := l.view(tx.now)
+			lease.Held = l.owner == req.Owner
+			lease.Acquired = lease.Held && !renewal
+			out = append(out, lease)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	return out, nil
+}
+
+// ReleaseBuckets gives up owner's leases on buckets (all of owner's when
+// buckets is empty) and announces the release, so that a standby can take
+// them at once.
+func (s *Store) ReleaseBuckets(ctx context.Context, owner string, buckets bucket.Set) ([]int, error) {
+	if err := s.checkBuckets(ctx, buckets); err != nil {
+		return nil, err
+	}
+	released := []int{}
+	if owner == "" {
+		return released, nil
+	}
+	err := s.write(ctx, func(tx *wtx) error {
+		released = released[:0]
+		// An owner's expired lease is released too: nobody else holds it,
+		// and clearing it lets the next acquisition skip the wait.
+		q := `UPDATE flotilla_bucket_leases SET owner = NULL, node = NULL, expires_at = NULL WHERE owner = ?`
+		args := []any{owner}
+		if !buckets.Empty() {
+			q += ` AND bucket IN (SELECT value FROM json_each(?))`
+			args = append(args, intsJSON(buckets.Slice()))
+		}
+		rows, err := tx.query(q+` RETURNING bucket`, args...)
+		if err != nil {
+			return wrap(err, "release buckets")
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var b int
+			if err := rows.Scan(&b); err != nil {
+				return wrap(err, "release buckets")
+			}
+			released = append(released, b)
+		}
+		if err := rows.Err(); err != nil {
+			return wrap(err, "release buckets")
+		}
+		if len(released) > 0 {
+			tx.notify(store.TopicBuckets, bucket.Of(released...).String())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	return bucket.Of(released...).Slice(), nil
+}
+
+// ListBuckets returns every bucket's lease, ascending.
+func (s *Store) ListBuckets(ctx context.Context) ([]store.BucketLease, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	now, err := s.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+leaseColumns+` FROM flotilla_bucket_leases ORDER BY bucket`)
+	if err != nil {
+		return nil, requireSchema(wrap(err, "list buckets"))
+	}
+	defer rows.Close()
+	out := []store.BucketLease{}
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, wrap(err, "list buckets")
+		}
+		out = append(out, l.view(now))
+	}
+	return out, wrapIf(rows.Err(), "list buckets")
+}
+
+// LockTask holds task id as another transaction's row lock does on
+// PostgreSQL, until the returned function is called: RenewTaskLeases
+// answers it busy, and a Transition with NoWait refuses it with
+// store.ErrBusy. SQLite has no row locks (a writer locks the whole file,
+// which the store answers the same way for every task; see
+// RenewTaskLeases), so the contract suite's locked row is held here, in
+// the handle, for tests.
+func (s *Store) LockTask(id int64) (unlock func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.locked == nil {
+		s.locked = map[int64]int{}
+	}
+	s.locked[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.locked[id]--
+		})
+	}
+}
+
+func (s *Store) isLocked(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locked[id] > 0
+}

@@ -1,0 +1,77 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+var _ store.TxCreator = (*Store)(nil)
+
+// txOrigin marks outbox rows written in a caller's transaction: this
+// handle's listeners hear of them from the outbox too, since only the
+// caller knows when they commit.
+const txOrigin = "tx"
+
+// CreateTasksInTx creates tasks inside the caller's transaction: tx must be
+// a *sql.Tx on this store's file, opened through modernc.org/sqlite. Open
+// that database with _txlock=immediate (sql.Open("sqlite",
+// "file:PATH?_txlock=immediate")): a deferred transaction that becomes a
+// writer while another holds the lock fails at once with SQLITE_BUSY. The
+// announcement of the tasks is written to the outbox in tx, so that
+// listeners hear of them when, and only if, it commits.
+func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTask) ([]*task.Task, error) {
+	stx, ok := tx.(*sql.Tx)
+	if !ok {
+		return nil, fmt.Errorf("%w: the SQLite store creates tasks in a *sql.Tx on its file, not a %T", store.ErrInvalid, tx)
+	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	n, err := s.fleetSize(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CheckNewTasks(tasks, n); err != nil {
+		return nil, err
+	}
+	if err := s.sameFile(ctx, stx); err != nil {
+		return nil, err
+	}
+	w := &wtx{conn: stx, ctx: ctx}
+	var us int64
+	if err := w.queryRow(`SELECT ` + nowSQL).Scan(&us); err != nil {
+		return nil, wrap(err, "read the clock")
+	}
+	w.now = time.UnixMicro(us).UTC()
+	out, err := insertTasks(w, tasks, false)
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	for _, note := range w.notes {
+		if _, err := w.exec(insertNotificationSQL, string(note.Topic), note.Payload, txOrigin, w.now.UnixMicro()); err != nil {
+			return nil, wrap(err, "write the outbox")
+		}
+	}
+	return out, nil
+}
+
+// sameFile refuses a transaction on another database file than the store's.
+func (s *Store) sameFile(ctx context.Context, tx *sql.Tx) error {
+	var (
+		seq        int
+		name, file string
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT seq, name, file FROM pragma_database_list WHERE name = 'main'`).Scan(&seq, &name, &file); err != nil {
+		return wrap(err, "read the transaction's database file")
+	}
+	if filepath.Clean(file) != s.path {
+		return fmt.Errorf("%w: the transaction is on %s, not on the store's file %s", store.ErrInvalid, file, s.path)
+	}
+	return nil
+}
