@@ -299,50 +299,11 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 	return rec.snapshot(), nil
 }
 
-// destination decides where a requested move out of rec's state goes, or
-// refuses it by the table. It reads the pending requests from the task
-// itself, as the PostgreSQL store reads them from the locked row.
-//
-// A pending stop wins over every way an attempt can end except success (the
-// work was done: the record tells the truth): when an active task is
-// stopping, or has a stop requested, such a move goes to stopped. This is
-// decided before the table is consulted, because the table lists what a
-// stopping task can become (stopped, succeeded), not every outcome its
-// handler may report (failed, retrying, ...). A pending pause wins over a
-// retry and over a release: an attempt that ends either way while the task
-// is pausing, or has a pause requested, leaves it paused with its progress.
+// destination decides where a requested move out of rec's state goes,
+// reading the pending requests from the task itself, as the PostgreSQL
+// store reads them from the locked row (task.Destination).
 func (db *database) destination(rec *taskRecord, to task.Status) (task.Status, error) {
-	if endsAttempt(rec.Status, to) && (rec.Status == task.Stopping || rec.StopRequested) {
-		return task.Stopped, nil
-	}
-	if rec.Status.Active() && (to == task.Retrying || to == task.Queued) &&
-		(rec.Status == task.Pausing || rec.PauseRequested) {
-		return task.Paused, nil
-	}
-	if !task.CanTransition(rec.Status, to) {
-		return "", &task.TransitionError{ID: rec.ID, From: rec.Status, To: to}
-	}
-	return to, nil
-}
-
-// attemptOutcomes are the states an attempt can end in, other than success:
-// every state the table reaches from an active state that is not active.
-var attemptOutcomes = func() map[task.Status]bool {
-	out := map[task.Status]bool{}
-	for _, from := range []task.Status{task.Running, task.Stopping, task.Pausing} {
-		for _, to := range task.Next(from) {
-			if !to.Active() && to != task.Succeeded {
-				out[to] = true
-			}
-		}
-	}
-	return out
-}()
-
-// endsAttempt reports whether a move from state from to state to ends an
-// active attempt without success.
-func endsAttempt(from, to task.Status) bool {
-	return from.Active() && attemptOutcomes[to]
+	return task.Destination(&rec.Task, to)
 }
 
 // moveDetails is what a transition records besides its destination.

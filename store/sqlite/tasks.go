@@ -489,40 +489,10 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 	return out, nil
 }
 
-// destination decides where a requested move out of t's state goes, or
-// refuses it by the table, reading the pending requests from the row
-// itself. The rules are the PostgreSQL store's (stopDestinationSQL): a
-// pending stop wins over every way an attempt can end except success; a
-// pending pause wins over a retry and a release.
+// destination decides where a requested move out of t's state goes,
+// reading the pending requests from the row itself (task.Destination).
 func destination(t *task.Task, to task.Status) (task.Status, error) {
-	if endsAttempt(t.Status, to) && (t.Status == task.Stopping || t.StopRequested) {
-		return task.Stopped, nil
-	}
-	if t.Status.Active() && (to == task.Retrying || to == task.Queued) &&
-		(t.Status == task.Pausing || t.PauseRequested) {
-		return task.Paused, nil
-	}
-	if !task.CanTransition(t.Status, to) {
-		return "", &task.TransitionError{ID: t.ID, From: t.Status, To: to}
-	}
-	return to, nil
-}
-
-// attemptOutcomes are the states an attempt can end in, other than success.
-var attemptOutcomes = func() map[task.Status]bool {
-	out := map[task.Status]bool{}
-	for _, from := range []task.Status{task.Running, task.Stopping, task.Pausing} {
-		for _, to := range task.Next(from) {
-			if !to.Active() && to != task.Succeeded {
-				out[to] = true
-			}
-		}
-	}
-	return out
-}()
-
-func endsAttempt(from, to task.Status) bool {
-	return from.Active() && attemptOutcomes[to]
+	return task.Destination(t, to)
 }
 
 // moveDetails is what a transition records besides its destination.
