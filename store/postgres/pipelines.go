@@ -558,6 +558,7 @@ func (s *Store) advanceAppending(ctx context.Context, owner string, batch []stor
 		}
 		b := &pgx.Batch{}
 		b.Queue("SELECT") // stands for BEGIN, which pgx.BeginFunc has sent
+		b.Queue(genericPlanSQL)
 		b.Queue(lockTasksSQL, tids)
 		b.Queue(advanceSQL, owner, tids, seqs, wants, reasons, errs, results, progress, delays, nodes, allowedFrom, allowedTo)
 		b.Queue("SELECT") // stands for COMMIT
