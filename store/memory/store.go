@@ -62,6 +62,9 @@ type database struct {
 
 	schedules map[string]*store.Schedule
 
+	limits map[string]*store.Limit
+	shares map[shareKey]*store.ShareUse
+
 	// locked counts the LockTask holds on each task: what another
 	// transaction's row lock is in PostgreSQL. Renewal reports such a task
 	// busy, and a Transition with NoWait refuses it with ErrBusy.
@@ -95,6 +98,8 @@ func New(opts ...Option) *Store {
 		nodes:          map[string]*store.NodeInfo{},
 		commandsByTask: map[int64][]*store.Command{},
 		schedules:      map[string]*store.Schedule{},
+		limits:         map[string]*store.Limit{},
+		shares:         map[shareKey]*store.ShareUse{},
 		subscriptions:  map[*subscription]struct{}{},
 	}
 	for _, opt := range opts {
