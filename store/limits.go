@@ -178,16 +178,20 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 //
 // The store looks at the first Scan due candidates in claim order
 // (priority, run_at, id), leaving out those of a closed kind or key (room
-// 0). It takes a candidate when, counting the candidates before it in claim
+// 0), and at the first Scan of those whose key is not busy (KeyRoom.Used
+// below BusyAt), so that the keys waiting behind a long backlog of one
+// busy key are seen too. Over those candidates, in claim order, it takes a candidate when, counting the candidates before it in claim
 // order, its rank within its (kind, limit key) is below the key's room, its
 // rank within its kind below the kind's room, and the running sum of every
 // resource it needs is within Free. Of those, it takes at most Limit,
 // fewest used first (KeyRoom.Used plus rank), then in claim order: a key
 // with many queued tasks does not starve one with few.
 type LimitedClaim struct {
-	Scan  int        // candidates looked at; 0 means 4*Limit, at most 10,000
+	Scan  int        // candidates per walk; 0 means 4*Limit, at least 64, at most 10,000
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
 	Keys  []KeyRoom  // keys with a room or use of their own
+	// BusyAt is the use from which a key is busy (0 means 1).
+	BusyAt int
 	// Free is what the node has free of each resource; a task needing a
 	// resource not named here is not taken.
 	Free Resources
@@ -211,12 +215,15 @@ type KeyRoom struct {
 	Used int
 }
 
-// Scan is the number of candidates a claim of limit looks at.
+// Busy reports whether a key with used tasks is busy.
+func (lc LimitedClaim) Busy(used int) bool { return used >= max(1, lc.BusyAt) }
+
+// ScanOf is the number of candidates a claim of limit looks at.
 func (lc LimitedClaim) ScanOf(limit int) int {
 	if lc.Scan > 0 {
 		return lc.Scan
 	}
-	return min(4*limit, 10_000)
+	return min(max(4*limit, 64), 10_000)
 }
 
 // ActiveUse is what one active task holds, for a holder that rebuilds its

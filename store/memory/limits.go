@@ -128,9 +128,18 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	// closed kind or key rules out.
 	scan := lc.ScanOf(req.Limit)
 	cands := make([]*taskRecord, 0, scan)
+	fresh := make([]*taskRecord, 0, scan)
 	for _, rec := range db.unfinished {
 		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) && !closed(rec) {
 			cands = keepBest(cands, rec, scan)
+			if _, used := roomOf(rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey)); !lc.Busy(used) {
+				fresh = keepBest(fresh, rec, scan)
+			}
+		}
+	}
+	for _, rec := range fresh {
+		if i, found := slices.BinarySearchFunc(cands, rec, claimOrder); !found {
+			cands = slices.Insert(cands, i, rec)
 		}
 	}
 	type pick struct {

@@ -90,7 +90,9 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // out closed kinds ($9) and closed keys ($10, as kind || chr(31) || key: a
 // NOT IN over a subquery, which PostgreSQL hashes, so ten thousand closed
 // keys cost a probe per row, not a scan of the list), and stops at $11
-// candidates. Over those few it ranks each candidate within its key and its
+// candidates; a second walk does the same leaving out the keys the holder
+// already runs tasks of ($20), so that keys queued behind one busy key's
+// backlog are seen. Over those few it ranks each candidate within its key and its
 // kind, sums each resource in claim order, and takes what the rooms allow,
 // fewest used first. claimSQL itself is left as it is: a fleet without
 // limits pays nothing for them.
@@ -113,12 +115,26 @@ WITH held AS (
     ORDER BY t.priority DESC, t.run_at, t.id
     LIMIT $11
     FOR UPDATE OF t SKIP LOCKED
+), fresh AS (
+    SELECT t.id, t.status AS old_status, t.bucket, t.kind, t.priority, t.run_at, t.resources,
+           ` + limitKeySQL + ` AS lk
+    FROM flotilla_tasks t
+    WHERE t.status IN ` + claimableStatusesSQL + `
+      AND t.run_at <= statement_timestamp()
+      AND t.kind = ANY($4::text[])
+      AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
+      AND t.kind <> ALL($9::text[])
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($20::text[]))
+    ORDER BY t.priority DESC, t.run_at, t.id
+    LIMIT $11
+    FOR UPDATE OF t SKIP LOCKED
 ), ranked AS (
     SELECT c.*,
            row_number() OVER (PARTITION BY c.kind, c.lk ORDER BY c.priority DESC, c.run_at, c.id) - 1 AS key_rank,
            row_number() OVER (PARTITION BY c.kind ORDER BY c.priority DESC, c.run_at, c.id) - 1 AS kind_rank,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS pos
-    FROM cand c
+    FROM (SELECT * FROM cand UNION SELECT * FROM fresh) c
 ), needs AS (
     SELECT r.id, x.name, sum(x.amount::bigint) OVER (PARTITION BY x.name ORDER BY r.pos) AS used
     FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.resources) AS x(name, amount)
@@ -202,10 +218,13 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 		kindRooms = append(kindRooms, int32(kr.Room))
 		kindKeyRooms = append(kindKeyRooms, int32(kr.KeyRoom))
 	}
-	closedKeys := []string{}
+	closedKeys, busyKeys := []string{}, []string{}
 	keyIDs, keyRooms, keyUsed := []string{}, []int32{}, []int32{}
 	for _, k := range lc.Keys {
 		id := limitPair(k.Kind, k.Key)
+		if lc.Busy(k.Used) {
+			busyKeys = append(busyKeys, id)
+		}
 		if k.Room == 0 {
 			closedKeys = append(closedKeys, id)
 			continue
@@ -228,7 +247,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	b.Queue(claimSettingSQL, strconv.FormatInt(timeoutMillis, 10))
 	b.Queue(claimLimitedSQL, buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
 		epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
-		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms)
+		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	out, err := readLimitedClaim(br)

@@ -336,3 +336,24 @@ func testLimits(t *testing.T, h Harness) {
 		}
 	})
 }
+
+func testLimitsFresh(t *testing.T, h Harness) {
+	t.Run("ClaimSeesKeysBehindABusyKeysBacklog", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for range 20 {
+			nts = append(nts, store.NewTask{Key: "big", Bucket: 4})
+		}
+		nts = append(nts, store.NewTask{Key: "small", Bucket: 4})
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// One slot free, the big key busy: its backlog fills the first
+		// candidates, but the key with nothing running comes first.
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "big", Room: -1, Used: 3}},
+		})
+		if n := countByKey(got); n["small"] != 1 || len(got) != 1 {
+			t.Errorf("claimed %v, want the small key's task", n)
+		}
+	})
+}
