@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -421,13 +420,6 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 		delete(l.ready, h.Bucket)
 		l.acquired[h.Bucket] = now
 	}
-}
-
-// snapshot is the limiter's counts, for tests and `worker limit list`.
-func (l *limiter) snapshot() (running map[kindKey]int, used store.Resources) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return maps.Clone(l.running), maps.Clone(l.used)
 }
 
 // limitPass refreshes the limiter (see limiter.refresh) and lets the claim

@@ -180,14 +180,6 @@ func scanTasks(rows pgx.Rows) ([]*task.Task, error) {
 	return out, rows.Err()
 }
 
-func scanTask(row pgx.Row) (*task.Task, error) {
-	var r taskRow
-	if err := row.Scan(r.dest()...); err != nil {
-		return nil, err
-	}
-	return r.task(), nil
-}
-
 func rawJSON(b []byte) json.RawMessage {
 	if b == nil {
 		return nil
