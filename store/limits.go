@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // Limit scopes.
@@ -330,3 +332,103 @@ type WaitReason struct {
 
 // MaxWaitReasonRows bounds the task rows one SetWaitReasons call writes.
 const MaxWaitReasonRows = 10_000
+
+// LimitView answers a LimitedClaim's questions about one candidate; the
+// stores that decide a limited claim in Go (memory, SQLite) share it, so
+// that they take the same tasks from the same candidates.
+type LimitView struct {
+	lc    LimitedClaim
+	kinds map[string]KindRoom
+	keys  map[kindKey]KeyRoom
+}
+
+type kindKey struct{ kind, key string }
+
+// View indexes lc's rooms.
+func (lc LimitedClaim) View() *LimitView {
+	v := &LimitView{lc: lc, kinds: make(map[string]KindRoom, len(lc.Kinds)), keys: make(map[kindKey]KeyRoom, len(lc.Keys))}
+	for _, kr := range lc.Kinds {
+		v.kinds[kr.Kind] = kr
+	}
+	for _, r := range lc.Keys {
+		v.keys[kindKey{r.Kind, r.Key}] = r
+	}
+	return v
+}
+
+// Room is the room (-1 unlimited) and use of one limit key of a kind.
+func (v *LimitView) Room(kind, key string) (room, used int) {
+	if r, ok := v.keys[kindKey{kind, key}]; ok {
+		return r.Room, r.Used
+	}
+	if kr, ok := v.kinds[kind]; ok {
+		return kr.KeyRoom, 0
+	}
+	return -1, 0
+}
+
+// KindClosed reports whether no task of kind may be taken.
+func (v *LimitView) KindClosed(kind string) bool {
+	kr, ok := v.kinds[kind]
+	return ok && kr.Room == 0
+}
+
+// Closed reports whether t's kind or limit key has no room: it is no
+// candidate at all.
+func (v *LimitView) Closed(t *task.Task) bool {
+	if v.KindClosed(t.Kind) {
+		return true
+	}
+	room, _ := v.Room(t.Kind, LimitKeyOf(t.Key, t.LimitKey))
+	return room == 0
+}
+
+// Fresh reports whether t's limit key is not busy: the candidates of keys
+// that are not busy are looked at even behind a long backlog of busy ones.
+func (v *LimitView) Fresh(t *task.Task) bool {
+	_, used := v.Room(t.Kind, LimitKeyOf(t.Key, t.LimitKey))
+	return !v.lc.Busy(used)
+}
+
+// Pick decides which candidates (in claim order, none closed) a claim of
+// at most limit takes, as LimitedClaim describes, and returns their
+// indexes in claim order.
+func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
+	type pick struct {
+		rank int // used + rank within its key: the fairness order
+		pos  int
+	}
+	var picks []pick
+	keyRank := map[kindKey]int{}
+	kindRank := map[string]int{}
+	sums := map[string]int64{}
+	for i, t := range cands {
+		k := kindKey{t.Kind, LimitKeyOf(t.Key, t.LimitKey)}
+		rk, rkind := keyRank[k], kindRank[t.Kind]
+		keyRank[k]++
+		kindRank[t.Kind]++
+		fits := true
+		for name, need := range t.Resources {
+			sums[name] += need
+			if sums[name] > v.lc.Free[name] {
+				fits = false
+			}
+		}
+		room, used := v.Room(k.kind, k.key)
+		kr, limited := v.kinds[t.Kind]
+		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
+			continue
+		}
+		picks = append(picks, pick{used + rk, i})
+	}
+	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.pos, b.pos)) })
+	if len(picks) > limit {
+		picks = picks[:limit]
+	}
+	out := make([]int, len(picks))
+	for i, p := range picks {
+		out[i] = p.pos
+	}
+	slices.Sort(out)
+	return out
+}

@@ -98,31 +98,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	for _, k := range req.Kinds {
 		kinds[k] = true
 	}
-	kindRoom := map[string]store.KindRoom{}
-	for _, kr := range lc.Kinds {
-		kindRoom[kr.Kind] = kr
-	}
-	type kk struct{ kind, key string }
-	keyRoom := map[kk]store.KeyRoom{}
-	for _, r := range lc.Keys {
-		keyRoom[kk{r.Kind, r.Key}] = r
-	}
-	roomOf := func(kind, key string) (room, used int) {
-		if r, ok := keyRoom[kk{kind, key}]; ok {
-			return r.Room, r.Used
-		}
-		if kr, ok := kindRoom[kind]; ok {
-			return kr.KeyRoom, 0
-		}
-		return -1, 0
-	}
-	closed := func(rec *taskRecord) bool {
-		if kr, ok := kindRoom[rec.Kind]; ok && kr.Room == 0 {
-			return true
-		}
-		room, _ := roomOf(rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey))
-		return room == 0
-	}
+	view := lc.View()
 
 	// The candidates: the first Scan due tasks in claim order that no
 	// closed kind or key rules out.
@@ -130,9 +106,9 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	cands := make([]*taskRecord, 0, scan)
 	fresh := make([]*taskRecord, 0, scan)
 	for _, rec := range db.unfinished {
-		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) && !closed(rec) {
+		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) && !view.Closed(&rec.Task) {
 			cands = keepBest(cands, rec, scan)
-			if _, used := roomOf(rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey)); !lc.Busy(used) {
+			if view.Fresh(&rec.Task) {
 				fresh = keepBest(fresh, rec, scan)
 			}
 		}
@@ -142,42 +118,13 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 			cands = slices.Insert(cands, i, rec)
 		}
 	}
-	type pick struct {
-		rec  *taskRecord
-		rank int // used + rank within its key: the fairness order
-		pos  int
-	}
-	var picks []pick
-	keyRank := map[kk]int{}
-	kindRank := map[string]int{}
-	sums := map[string]int64{}
+	tasks := make([]*task.Task, len(cands))
 	for i, rec := range cands {
-		k := kk{rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey)}
-		rk, rkind := keyRank[k], kindRank[rec.Kind]
-		keyRank[k]++
-		kindRank[rec.Kind]++
-		fits := true
-		for name, need := range rec.Resources {
-			sums[name] += need
-			if sums[name] > lc.Free[name] {
-				fits = false
-			}
-		}
-		room, used := roomOf(k.kind, k.key)
-		kr, limited := kindRoom[rec.Kind]
-		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
-			continue
-		}
-		picks = append(picks, pick{rec, used + rk, i})
+		tasks[i] = &rec.Task
 	}
-	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.pos, b.pos)) })
-	if len(picks) > req.Limit {
-		picks = picks[:req.Limit]
-	}
-	slices.SortFunc(picks, func(a, b pick) int { return cmp.Compare(a.pos, b.pos) })
 	lease := dbTime(now.Add(req.LeaseTTL))
-	for _, p := range picks {
-		rec := p.rec
+	for _, i := range view.Pick(tasks, req.Limit) {
+		rec := cands[i]
 		epoch := epochs[rec.Bucket]
 		rec.ClaimSeq++
 		rec.Attempt++

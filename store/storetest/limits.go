@@ -299,6 +299,11 @@ func testLimits(t *testing.T, h Harness) {
 		if err := b.s.DeleteLimit(b.ctx, "train"); err != nil {
 			t.Fatal(err)
 		}
+		// The shares go with the limit: none is listed, and none counts
+		// against a limit of the same name declared again.
+		if shares, err := b.s.ListShares(b.ctx); err != nil || len(shares) != 0 {
+			t.Errorf("shares after the limit was deleted: %+v, %v", shares, err)
+		}
 		if sh := take("a", 2, 1); sh.Found {
 			t.Errorf("a share of a deleted limit: %+v", sh)
 		}
@@ -348,8 +353,10 @@ func testLimitsFresh(t *testing.T, h Harness) {
 		b.create(nts...)
 		held := b.hold("a", 4)
 		// One slot free, the big key busy: its backlog fills the first
-		// candidates, but the key with nothing running comes first.
+		// candidates (a scan of 5), but the key with nothing running comes
+		// first.
 		got := b.claimLimited("a", held, 1, store.LimitedClaim{
+			Scan: 5,
 			Keys: []store.KeyRoom{{Kind: "noop", Key: "big", Room: -1, Used: 3}},
 		})
 		if n := countByKey(got); n["small"] != 1 || len(got) != 1 {
