@@ -216,8 +216,8 @@ func (c *Client) route(ctx context.Context, rs []TaskRequest, o submitOptions) (
 	keyless := false
 	for i, r := range rs {
 		b := 0 // a task without a key is placed below, once its input is valid
-		if r.Key != "" {
-			b = c.policy.Of(r.Key)
+		if r.RoutingKey() != "" {
+			b = c.policy.Of(r.RoutingKey())
 		} else {
 			keyless = true
 		}
@@ -234,7 +234,7 @@ func (c *Client) route(ctx context.Context, rs []TaskRequest, o submitOptions) (
 		return nil, err
 	}
 	for i := range nts {
-		if nts[i].Key != "" {
+		if store.LimitKeyOf(nts[i].Key, nts[i].LimitKey) != "" {
 			continue
 		}
 		b, err := c.place(view, nts[i].Kind, o)
@@ -297,7 +297,7 @@ func (c *Client) checkServed(ctx context.Context, nts []store.NewTask, o submitO
 		return err
 	}
 	for _, nt := range nts {
-		if nt.Key == "" {
+		if store.LimitKeyOf(nt.Key, nt.LimitKey) == "" {
 			continue
 		}
 		holder, ok := view.holders[nt.Bucket]

@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // maxClaimBatch bounds one claim statement, whatever the concurrency.
@@ -61,15 +62,35 @@ func (n *Node) claimPass(ctx context.Context) {
 		// The task leases start in the database after this moment, so the
 		// attempts' local deadlines count from it.
 		sent := n.cfg.Clock.Now()
-		claimed, err := n.store.ClaimTasks(cctx, store.ClaimRequest{
+		req := store.ClaimRequest{
 			Owner:    n.incarnation,
 			Node:     n.id,
 			Buckets:  held,
 			Kinds:    n.kinds,
 			Limit:    free,
 			LeaseTTL: n.cfg.TaskLeaseTTL,
-		})
+		}
+		var claimed []*task.Task
+		var err error
+		limited := n.limits.active()
+		if limited {
+			// The holder's view decides which keys, kinds and resources
+			// have room; the store takes only those.
+			var lc store.LimitedClaim
+			req.Buckets, lc = n.limits.claim(held)
+			if len(req.Buckets) > 0 {
+				claimed, err = n.store.ClaimLimited(cctx, req, lc)
+			}
+		} else {
+			claimed, err = n.store.ClaimTasks(cctx, req)
+		}
 		cancel()
+		if limited {
+			for _, t := range claimed {
+				n.limits.hold(t)
+			}
+			n.limits.opened(claimed)
+		}
 		n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
 		if err != nil {
 			n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))

@@ -197,5 +197,8 @@ func (n *Node) logOutcome(cp completion, o store.Outcome) {
 // settle removes attempts from the registry: their slots are free.
 func (n *Node) settle(attempts []*attempt) {
 	n.attempts.settle(attempts)
+	for _, a := range attempts {
+		n.limits.release(a.ref.ID)
+	}
 	n.claimLoop.poke()
 }

@@ -138,6 +138,17 @@ type Config struct {
 	SchedulePoll    time.Duration
 	ScheduleMisfire time.Duration
 
+	// Limits are declared by the application: each is created, or its rule
+	// replaced, when the node starts, like Schedules; `worker limit set`
+	// changes them too. Every node reads the fleet's limits at start and at
+	// every heartbeat.
+	Limits []store.Limit
+
+	// Capacity is what the node has of each named resource (gpu=1,
+	// mem=8): it starts a task only when what is free covers what the
+	// task needs. A node without one starts no task that needs anything.
+	Capacity store.Resources
+
 	// Executor runs handlers (default GoroutineExecutor).
 	Executor Executor
 
@@ -260,6 +271,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("node config: TaskLeaseTTL %v is too short to renew every TTL/3", c.TaskLeaseTTL)
 	case c.checkSchedules() != nil:
 		return c.checkSchedules()
+	case c.checkLimits() != nil:
+		return c.checkLimits()
 	case c.ScheduleMisfire <= c.SchedulePoll:
 		return fmt.Errorf("node config: ScheduleMisfire %v is not above SchedulePoll %v; "+
 			"ticks fired on time would count as missed", c.ScheduleMisfire, c.SchedulePoll)
@@ -316,6 +329,24 @@ func (c Config) checkSchedules() error {
 			return fmt.Errorf("node config: Schedules[%d]: schedule %q is declared twice", i, d.Name)
 		}
 		seen[d.Name] = true
+	}
+	return nil
+}
+
+// checkLimits refuses a declared limit or capacity no store could keep.
+func (c Config) checkLimits() error {
+	seen := map[string]bool{}
+	for i, l := range c.Limits {
+		if err := store.CheckLimit(l); err != nil {
+			return fmt.Errorf("node config: Limits[%d]: %w", i, err)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("node config: Limits[%d]: limit %q is declared twice", i, l.Name)
+		}
+		seen[l.Name] = true
+	}
+	if err := store.CheckResources("capacity", c.Capacity); err != nil {
+		return fmt.Errorf("node config: Capacity: %w", err)
 	}
 	return nil
 }

@@ -122,11 +122,14 @@ type Node struct {
 	claimLoop     *loop
 	listenLoop    *loop
 	scheduleLoop  *loop
-	scheduler     *scheduler
-	completer     *completer
-	rescuer       *rescuer
-	renewer       *renewer
-	commander     *commander
+	limitLoop     *loop
+	// limits is the holder's in-memory view of its limits (limits.go).
+	limits    *limiter
+	scheduler *scheduler
+	completer *completer
+	rescuer   *rescuer
+	renewer   *renewer
+	commander *commander
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
@@ -161,11 +164,14 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		claimLoop:     newLoop("claim"),
 		listenLoop:    newLoop("notification listener"),
 		scheduleLoop:  newLoop("schedule"),
+		limitLoop:     newLoop("limits"),
 		scheduler:     newScheduler(),
 		jitter:        defaultJitter,
 		metrics:       cfg.Metrics,
 	}
 	n.log = cfg.Logger.With(zap.String("node", n.id))
+	n.limits = newLimiter(n.store, n.incarnation, n.id, n.cfg.Capacity, n.cfg.Concurrency, n.cfg.BucketLeaseTTL,
+		n.cfg.Clock.Now, n.log)
 	n.completer = newCompleter(n)
 	n.rescuer = newRescuer(n)
 	n.commander = &commander{
@@ -312,6 +318,11 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.declareSchedules(ctx, meta); err != nil {
 		return fmt.Errorf("node %s: %w", n.id, err)
 	}
+	for _, l := range n.cfg.Limits {
+		if _, err := n.store.UpsertLimit(ctx, l); err != nil {
+			return fmt.Errorf("node %s: declaring limit %s: %w", n.id, l.Name, err)
+		}
+	}
 	kinds := n.registeredKinds()
 	if len(kinds) == 0 {
 		n.log.Warn("no kinds registered: this node will hold its buckets but run nothing")
@@ -348,6 +359,10 @@ func (n *Node) start(ctx context.Context) error {
 		n.stopRegistration(ctx)
 		return fmt.Errorf("node %s: taking bucket leases: %w", n.id, err)
 	}
+
+	// Before the first claim: a node in a fleet with limits never claims
+	// as if there were none.
+	n.limits.refresh(ctx, keeper.Held(), kinds)
 
 	n.runCtx, n.stopRun = context.WithCancelCause(context.WithoutCancel(ctx))
 	n.mu.Lock()
@@ -405,6 +420,9 @@ func (n *Node) startLoops() {
 	must(n.scheduleLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.SchedulePoll, n.scheduleLoop.wake, true, n.schedulePass)
 	}))
+	must(n.limitLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.limitLoop.wake, false, n.limitPass)
+	}))
 }
 
 // defaultJitter draws uniformly from [0, ceiling].
@@ -446,7 +464,11 @@ func (n *Node) stopRegistration(ctx context.Context) {
 // bucketsAcquired is the keeper's news of buckets taken: there may be work
 // waiting in them, and tasks that the previous holder left running, which
 // the new epoch has fenced and which are rescued at once.
-func (n *Node) bucketsAcquired([]store.HeldBucket) {
+func (n *Node) bucketsAcquired(hs []store.HeldBucket) {
+	if n.limits != nil {
+		n.limits.acquiredBuckets(hs)
+		n.limitLoop.poke()
+	}
 	n.claimLoop.poke()
 	n.scheduleLoop.poke()
 	n.rescuer.loop.poke()

@@ -56,6 +56,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	// goroutine running a handler.
 	n.claimLoop.signalStop()
 	n.scheduleLoop.stop() // the leases go soon: their schedules are the successor's
+	n.limitLoop.stop()
 	n.listenLoop.stop()
 
 	expired := make(chan struct{})

@@ -40,7 +40,17 @@ type SubmitRequest struct {
 	// UniqueKey, when set, refuses the task (store.ErrDuplicate) while an
 	// unfinished task has the same one.
 	UniqueKey string
+	// LimitKey is the key per-key limits count the task under (default
+	// Key). When set it picks the bucket instead of Key, so that the one
+	// holder of its bucket enforces its limits.
+	LimitKey string
+	// Resources the task needs free on a node to start (gpu=1).
+	Resources store.Resources
 }
+
+// RoutingKey is the key that picks the task's bucket: LimitKey when set,
+// else Key.
+func (r SubmitRequest) RoutingKey() string { return store.LimitKeyOf(r.Key, r.LimitKey) }
 
 // NewTask is the request in the store's form, in the given bucket.
 func (r SubmitRequest) NewTask(bucket int) store.NewTask {
@@ -55,6 +65,8 @@ func (r SubmitRequest) NewTask(bucket int) store.NewTask {
 		Timeout:     r.Timeout,
 		Payload:     r.Payload,
 		UniqueKey:   r.UniqueKey,
+		LimitKey:    r.LimitKey,
+		Resources:   r.Resources,
 	}
 }
 
@@ -165,14 +177,14 @@ func checkSubmit(req SubmitRequest, policy bucket.Policy, owned bucket.Set, all 
 
 	var b int
 	switch {
-	case req.Key == "" && !all:
+	case req.RoutingKey() == "" && !all:
 		return store.NewTask{}, &bucket.MissingKeyError{Owned: owned}
-	case req.Key == "":
+	case req.RoutingKey() == "":
 		b = rand.IntN(policy.Count())
 	default:
-		b = policy.Of(req.Key)
+		b = policy.Of(req.RoutingKey())
 		if !owned.Contains(b) {
-			return store.NewTask{}, &bucket.ForeignBucketError{Key: req.Key, Bucket: b, Owned: owned}
+			return store.NewTask{}, &bucket.ForeignBucketError{Key: req.RoutingKey(), Bucket: b, Owned: owned}
 		}
 	}
 	return req.NewTask(b), nil

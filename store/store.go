@@ -186,6 +186,41 @@ type Store interface {
 	// new tasks of the steps run again, and on the current tasks of the
 	// others. It answers the pipeline as it is afterwards.
 	RetryPipeline(ctx context.Context, id int64, from string) (Pipeline, error)
+	// Limits
+
+	// UpsertLimit creates or replaces the limit of l.Name (CheckLimit).
+	UpsertLimit(ctx context.Context, l Limit) (Limit, error)
+	// ListLimits returns every limit, by name.
+	ListLimits(ctx context.Context) ([]Limit, error)
+	// DeleteLimit removes a limit, and its shares. ErrNotFound when there is
+	// no such limit.
+	DeleteLimit(ctx context.Context, name string) error
+	// ClaimLimited is ClaimTasks for a holder with limits: the same claim,
+	// one statement, fenced the same way, that takes only what lc leaves
+	// room for (see LimitedClaim), clears the wait reason of what it takes,
+	// and returns the tasks with their limit keys and resources.
+	ClaimLimited(ctx context.Context, req ClaimRequest, lc LimitedClaim) ([]*task.Task, error)
+	// ActiveUse lists the active tasks of the given buckets, whoever owns
+	// them and under whatever epoch: what a new holder counts against its
+	// limits until they are settled or rescued.
+	ActiveUse(ctx context.Context, buckets []int) ([]ActiveUse, error)
+	// TakeShare renews the owner's share of a fleet-wide limit for TTL and
+	// publishes its demand (Running plus its due queued tasks of the kind
+	// in Buckets, at most MaxDemand and the limit). The share is
+	// GrantShare(N, FairShare(...), others), decided under a lock on the
+	// limit that every TakeShare of it takes, so that the sum of the
+	// shares and of the tasks that holders whose shares lapsed still run
+	// never exceeds N. Found is false when the limit does not exist (or is
+	// not a fleet-wide concurrency limit).
+	TakeShare(ctx context.Context, req ShareRequest) (Share, error)
+	// ListShares returns every holder's share of every fleet-wide limit.
+	ListShares(ctx context.Context) ([]ShareUse, error)
+	// SetWaitReasons writes each reason on the queued (or due scheduled or
+	// retrying) tasks of its kind and limit key in the given buckets,
+	// while owner holds them under the epochs named, leaving rows that
+	// already carry it alone; at most MaxWaitReasonRows rows in all. It
+	// returns the rows written.
+	SetWaitReasons(ctx context.Context, owner string, buckets []HeldBucket, reasons []WaitReason) (int, error)
 }
 
 // Notifier is implemented by stores that can push events (PostgreSQL's
@@ -245,6 +280,12 @@ type NewTask struct {
 	Payload     json.RawMessage // nil means null; otherwise must be valid JSON
 	UniqueKey   string
 	Pending     bool // created pending (a pipeline child), not queued
+	// LimitKey is the key per-key limits count the task under; "" means
+	// Key. When set it also picks the bucket, so that one holder enforces
+	// each limit key.
+	LimitKey string
+	// Resources the task needs free on a node to start.
+	Resources Resources
 
 	Schedule     string
 	ScheduledFor time.Time

@@ -221,6 +221,12 @@ func checkNewTask(nt NewTask, numBuckets int) error {
 	if err := CheckName("unique key", nt.UniqueKey, false); err != nil {
 		return err
 	}
+	if err := CheckName("limit key", nt.LimitKey, false); err != nil {
+		return err
+	}
+	if err := CheckResources("resources", nt.Resources); err != nil {
+		return err
+	}
 	if err := CheckPayload("payload", nt.Payload); err != nil {
 		return err
 	}

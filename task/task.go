@@ -59,6 +59,14 @@ type Task struct {
 	Pipeline int64
 	Step     string
 
+	// LimitKey is the key per-key limits count the task under ("" means
+	// Key); it picked the bucket when set. Resources are what the task
+	// needs free on a node to start. WaitReason is the latest reason its
+	// bucket's holder gave for not starting it (a limit, a resource).
+	LimitKey   string
+	Resources  map[string]int64
+	WaitReason string
+
 	CreatedAt  time.Time
 	StartedAt  time.Time // start of the latest attempt
 	FinishedAt time.Time // when it reached a terminal state

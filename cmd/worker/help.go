@@ -105,6 +105,22 @@ var examples = map[string][2]string{
 		"source <(worker completion bash)",
 		"worker completion fish > ~/.config/fish/completions/worker.fish",
 	},
+	"limit": {
+		"worker limit set api --kind fetch --per key --concurrency 2",
+		"worker limit list",
+	},
+	"limit set": {
+		"worker limit set api --kind fetch --per key --concurrency 2    # each limit key of kind fetch: at most 2 running",
+		"worker limit set mail --kind send --per key --rate 10/1s --burst 5",
+	},
+	"limit list": {
+		"worker limit list",
+		"worker limit list --json",
+	},
+	"limit rm": {
+		"worker limit rm api",
+		"worker limit rm --json mail",
+	},
 	"pipeline": {
 		"worker pipeline submit nightly.json",
 		"worker pipeline get 42 --json",

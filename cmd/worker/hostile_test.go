@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 )
 
@@ -67,7 +68,7 @@ func snapshot(t *testing.T, dsn string) map[string]string {
 	return out
 }
 
-// hostileFleet is a migrated fleet with one task, one schedule and one
+// hostileFleet is a migrated fleet with one task, one schedule, one limit and one
 // stopped node's history in it, so that a write anywhere would show.
 func hostileFleet(t *testing.T) string {
 	t.Helper()
@@ -77,6 +78,7 @@ func hostileFleet(t *testing.T) string {
 		{"migrate", "--dsn", dsn},
 		{"submit", "--dsn", dsn, "--kind", "noop", "--key", "k", "--allow-unowned"},
 		{"schedule", "add", "--dsn", dsn, "--every", "1h", "--kind", "noop", "existing"},
+		{"limit", "set", "--dsn", dsn, "--kind", "noop", "--per", "key", "--concurrency", "1", "existing"},
 	} {
 		if _, stderr, code := runWorker(t, args...); code != exitOK {
 			t.Fatalf("worker %s: exit %d: %s", strings.Join(args, " "), code, stderr)
@@ -99,6 +101,11 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 	}
 	long := strings.Repeat("k", 4000)
 	huge := strings.Repeat("k", 80000)
+	manyResources := ""
+	for i := range store.MaxResources + 1 {
+		manyResources += fmt.Sprintf("r%d=1,", i)
+	}
+	manyResources = strings.TrimSuffix(manyResources, ",")
 	// Submits go to an unheld bucket if accepted, so that a check that
 	// lets a bad value through shows as a write.
 	d := func(args ...string) []string {
@@ -190,6 +197,39 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		{"schedule existing", d("schedule", "add", "--every", "1m", "--kind", "noop", "existing"), 3, []string{"--replace"}},
 		{"schedule rm not UTF-8", d("schedule", "rm", "\xff"), 2, []string{`NAME "\xff" is not valid UTF-8`}},
 		{"schedule rm missing", d("schedule", "rm", "none"), 4, []string{"none"}},
+		// limits: submit's and run's flags, then limit set and rm
+		{"limit key not UTF-8", d("submit", "--kind", "noop", "--key", "k", "--limit-key", "t\xff"), 2, []string{`--limit-key "t\xff" is not valid UTF-8`}},
+		{"limit key empty", d("submit", "--kind", "noop", "--limit-key", ""), 2, []string{`--limit-key "" is empty`}},
+		{"limit key 4000 bytes", d("submit", "--kind", "noop", "--limit-key", long), 2, []string{"--limit-key", "is 4000 bytes long"}},
+		{"resources empty", d("submit", "--kind", "noop", "--key", "k", "--resources", ""), 2, []string{"--resources is empty", "gpu=1,mem=8"}},
+		{"resources without =", d("submit", "--kind", "noop", "--key", "k", "--resources", "gpu"), 2, []string{`--resources "gpu" is not NAME=AMOUNT`}},
+		{"resources zero", d("submit", "--kind", "noop", "--key", "k", "--resources", "gpu=0"), 2, []string{`--resources "gpu=0" is out of range`, "1 to 2^40"}},
+		{"resources negative", d("submit", "--kind", "noop", "--key", "k", "--resources", "gpu=-1"), 2, []string{`--resources "gpu=-1" is out of range`}},
+		{"resources not a number", d("submit", "--kind", "noop", "--key", "k", "--resources", "gpu=one"), 2, []string{`--resources "gpu=one"`, "not a whole number"}},
+		{"resources twice", d("submit", "--kind", "noop", "--key", "k", "--resources", "gpu=1,gpu=2"), 2, []string{`--resources "gpu" is given twice`}},
+		{"resources name with NUL", d("submit", "--kind", "noop", "--key", "k", "--resources", "g\x00pu=1"), 2, []string{"--resources name", "U+0000"}},
+		{"resources too many", d("submit", "--kind", "noop", "--key", "k", "--resources", manyResources), 2, []string{"names 17 resources", "at most 16"}},
+		{"run capacity zero", d("run", "--capacity", "gpu=0"), 2, []string{`--capacity "gpu=0" is out of range`}},
+		{"run capacity garbage", d("run", "--capacity", "lots"), 2, []string{`--capacity "lots" is not NAME=AMOUNT`}},
+		{"limit set no name", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "2"), 2, []string{"limit set takes one NAME, got 0"}},
+		{"limit set name not UTF-8", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "2", "a\xff"), 2, []string{`NAME "a\xff" is not valid UTF-8`}},
+		{"limit set no kind", d("limit", "set", "--per", "key", "--concurrency", "2", "api"), 2, []string{"--kind", "empty"}},
+		{"limit set no per", d("limit", "set", "--kind", "noop", "--concurrency", "2", "api"), 2, []string{"--per is required", "key", "fleet"}},
+		{"limit set per tenant", d("limit", "set", "--kind", "noop", "--per", "tenant", "--concurrency", "2", "api"), 2, []string{`--per "tenant" is unknown: give key or fleet`}},
+		{"limit set neither", d("limit", "set", "--kind", "noop", "--per", "key", "api"), 2, []string{"give --concurrency N or --rate N/PERIOD"}},
+		{"limit set both", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "2", "--rate", "1/s", "api"), 2, []string{"not both"}},
+		{"limit set concurrency 0", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "0", "existing"), 2, []string{"--concurrency 0 is out of range", "1 to 1000000"}},
+		{"limit set concurrency huge", d("limit", "set", "--kind", "noop", "--per", "fleet", "--concurrency", "1000001", "existing"), 2, []string{"--concurrency 1000001 is out of range"}},
+		{"limit set rate without slash", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10", "api"), 2, []string{`--rate "10" has no /`, "10/1s"}},
+		{"limit set rate zero", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "0/s", "api"), 2, []string{`--rate "0/s" has a count`}},
+		{"limit set rate bad period", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10/fortnight", "api"), 2, []string{`--rate "10/fortnight" has a period that is not a duration`}},
+		{"limit set rate period 2 days", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10/48h", "api"), 2, []string{"period out of range", "1ms to 24h"}},
+		{"limit set rate submillisecond", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10/1500us", "api"), 2, []string{"period out of range"}},
+		{"limit set rate per fleet", d("limit", "set", "--kind", "noop", "--per", "fleet", "--rate", "10/s", "api"), 2, []string{"a rate is per key"}},
+		{"limit set burst without rate", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "2", "--burst", "3", "api"), 2, []string{"--burst goes with --rate"}},
+		{"limit set burst 0", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10/s", "--burst", "0", "api"), 2, []string{"--burst 0 is out of range"}},
+		{"limit rm not UTF-8", d("limit", "rm", "\xff"), 2, []string{`NAME "\xff" is not valid UTF-8`}},
+		{"limit rm missing", d("limit", "rm", "none"), 4, []string{`limit "none"`, "not found"}},
 		{"schedule pause empty", d("schedule", "pause", ""), 2, []string{`NAME "" is empty`}},
 		// run, migrate, bench, completion
 		{"run node id not UTF-8", d("run", "--node-id", "n\xff"), 2, []string{`--node-id "n\xff" is not valid UTF-8`}},

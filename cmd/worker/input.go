@@ -150,3 +150,17 @@ func checkRunAt(at string) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// parseResourcesFlag reads a NAME=AMOUNT,... flag (--resources,
+// --capacity) as every store checks it. Given, it must name something.
+func parseResourcesFlag(c *cli.Context, name string) (store.Resources, error) {
+	v := c.String(name)
+	if v == "" {
+		return nil, invalid(fmt.Errorf("--%s is empty: give NAME=AMOUNT pairs, e.g. gpu=1,mem=8", name))
+	}
+	r, err := store.ParseResources("--"+name, v)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	return r, nil
+}

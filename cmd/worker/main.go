@@ -125,6 +125,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			bucketOfCommand(),
 			scheduleCommand(),
 			pipelineCommand(),
+			limitCommand(),
 			benchCommand(),
 			completionCommand(),
 			uiCommand(),

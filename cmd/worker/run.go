@@ -36,6 +36,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "wait-for-node-id", Usage: "when a live process still uses --node-id (a restart right after a crash), " +
 				"wait until its liveness expires, then start, instead of exiting with status 3"},
 			&cli.IntFlag{Name: "concurrency", Value: node.DefaultConcurrency, Usage: "handlers run at once"},
+			&cli.StringFlag{Name: "capacity", Usage: `what this node has of each resource, e.g. "gpu=1,mem=8"; it starts a task only when its free capacity covers the task's --resources`, DefaultText: "none: no task that needs resources"},
 			&cli.DurationFlag{Name: "bucket-lease-ttl", Value: node.DefaultBucketLeaseTTL, Usage: "bucket lease duration: how long a dead node's buckets wait for a successor"},
 			&cli.DurationFlag{Name: "bucket-lease-heartbeat", Usage: "how often bucket leases are renewed", DefaultText: "TTL/3"},
 			&cli.DurationFlag{Name: "task-lease-ttl", Value: node.DefaultTaskLeaseTTL, Usage: "task lease duration, renewed every TTL/3"},
@@ -82,6 +83,13 @@ func runCommand() *cli.Command {
 					return invalid(fmt.Errorf("invalid --buckets: %w", err))
 				}
 				cfg.Buckets = set
+			}
+			if c.IsSet("capacity") {
+				capacity, err := parseResourcesFlag(c, "capacity")
+				if err != nil {
+					return err
+				}
+				cfg.Capacity = capacity
 			}
 			if c.IsSet(numBucketsFlag.Name) {
 				if _, err := bucket.NewPolicy(cfg.NumBuckets); err != nil {

@@ -62,6 +62,8 @@ func submitCommand() *cli.Command {
 				DefaultText: strconv.Itoa(store.DefaultMaxAttempts)},
 			&cli.DurationFlag{Name: "timeout", Usage: "per-attempt timeout, in whole milliseconds", DefaultText: "none"},
 			&cli.StringFlag{Name: "unique-key", Usage: "refuse the task while another unfinished task has this key"},
+			&cli.StringFlag{Name: "limit-key", Usage: "the key per-key limits count the task under; it also picks the bucket instead of --key", DefaultText: "the key"},
+			&cli.StringFlag{Name: "resources", Usage: `what the task needs free on a node to start, e.g. "gpu=1,mem=8" (see worker run --capacity)`},
 			&cli.BoolFlag{Name: "allow-unowned", Usage: "accept a task whose bucket no live node holds"},
 			&cli.BoolFlag{Name: "allow-unknown-kind", Usage: "accept a task whose kind its bucket's holder does not run"},
 			jsonFlag,
@@ -106,15 +108,22 @@ func taskRequest(c *cli.Context) (flotilla.TaskRequest, error) {
 	r := flotilla.TaskRequest{
 		Kind: c.String("kind"), Key: c.String("key"), Priority: c.Int("priority"),
 		Delay: c.Duration("delay"), MaxAttempts: c.Int("max-attempts"), Timeout: c.Duration("timeout"),
-		UniqueKey: c.String("unique-key"),
+		UniqueKey: c.String("unique-key"), LimitKey: c.String("limit-key"),
 	}
 	if r.Kind == "" {
 		return r, invalid(errors.New("--kind is required (e.g. --kind noop)"))
 	}
-	for _, name := range []string{"kind", "key", "unique-key"} {
+	for _, name := range []string{"kind", "key", "unique-key", "limit-key"} {
 		if err := checkNameFlag(c, name, false); err != nil {
 			return r, err
 		}
+	}
+	if c.IsSet("resources") {
+		res, err := parseResourcesFlag(c, "resources")
+		if err != nil {
+			return r, err
+		}
+		r.Resources = res
 	}
 	payload, err := readPayload(c)
 	if err != nil {

@@ -33,6 +33,9 @@ type taskJSON struct {
 	Result       json.RawMessage `json:"result"`
 	Error        string          `json:"error"`
 	Schedule     string          `json:"schedule"`
+	LimitKey     string          `json:"limit_key,omitempty"`
+	Resources    store.Resources `json:"resources,omitempty"`
+	WaitReason   string          `json:"wait_reason,omitempty"`
 	ScheduledFor any             `json:"scheduled_for"`
 	RunAt        any             `json:"run_at"`
 	CreatedAt    any             `json:"created_at"`
@@ -68,6 +71,7 @@ func newTaskJSON(t *task.Task) taskJSON {
 		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result), Error: t.Error, Schedule: t.Schedule,
 		ScheduledFor: jsonTime(t.ScheduledFor), RunAt: jsonTime(t.RunAt), CreatedAt: jsonTime(t.CreatedAt),
 		StartedAt: jsonTime(t.StartedAt), FinishedAt: jsonTime(t.FinishedAt),
+		LimitKey: t.LimitKey, Resources: t.Resources, WaitReason: t.WaitReason,
 	}
 }
 
@@ -83,8 +87,10 @@ func reportJSON(r *flotilla.TaskReport, now time.Time) taskJSON {
 }
 
 // waitingFor says why a task that could run is not running: its delay or
-// retry time, a pause, and what the fleet lacks to serve it (the client's
-// Waiting: no holder, or a holder that does not run its kind).
+// retry time, a pause, the latest reason its bucket's holder gave for not
+// starting it (a limit, resources), and what the fleet lacks to serve it
+// (the client's Waiting: no holder, or a holder that does not run its
+// kind).
 func waitingFor(r *flotilla.TaskReport, now time.Time) string {
 	t := r.Task
 	var why []string
@@ -95,6 +101,9 @@ func waitingFor(r *flotilla.TaskReport, now time.Time) string {
 		why = append(why, "retrying at "+human(t.RunAt))
 	case t.Status == task.Scheduled && t.RunAt.After(now):
 		why = append(why, "delayed until "+human(t.RunAt))
+	}
+	if t.WaitReason != "" && t.Status.Claimable() {
+		why = append(why, t.WaitReason)
 	}
 	if r.Waiting != "" && (t.Status.Claimable() || t.Status == task.Paused) {
 		why = append(why, r.Waiting)
@@ -121,6 +130,12 @@ func printReport(w io.Writer, r *flotilla.TaskReport, now time.Time) {
 	}
 	if t.UniqueKey != "" {
 		row("unique key", wide(t.UniqueKey))
+	}
+	if t.LimitKey != "" {
+		row("limit key", wide(t.LimitKey))
+	}
+	if len(t.Resources) > 0 {
+		row("resources", wide(store.Resources(t.Resources).String()))
 	}
 	row("payload", wide(string(rawOrNull(t.Payload))))
 	if len(t.Result) > 0 {

@@ -67,6 +67,8 @@ type database struct {
 	// depend on it: what the PostgreSQL store's dependency table indexes by
 	// dependency.
 	dependents map[int64][]depEdge
+	limits     map[string]*store.Limit
+	shares     map[shareKey]*store.ShareUse
 
 	// locked counts the LockTask holds on each task: what another
 	// transaction's row lock is in PostgreSQL. Renewal reports such a task
@@ -102,6 +104,8 @@ func New(opts ...Option) *Store {
 		commandsByTask: map[int64][]*store.Command{},
 		schedules:      map[string]*store.Schedule{},
 		dependents:     map[int64][]depEdge{},
+		limits:         map[string]*store.Limit{},
+		shares:         map[shareKey]*store.ShareUse{},
 		subscriptions:  map[*subscription]struct{}{},
 	}
 	for _, opt := range opts {

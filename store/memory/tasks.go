@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
@@ -35,6 +36,7 @@ func (rec *taskRecord) snapshot() *task.Task {
 	t.Payload = bytes.Clone(t.Payload)
 	t.Result = bytes.Clone(t.Result)
 	t.Progress = bytes.Clone(t.Progress)
+	t.Resources = maps.Clone(t.Resources)
 	return &t
 }
 
@@ -145,6 +147,8 @@ func (db *database) insertTask(nt store.NewTask, now time.Time) *taskRecord {
 		Timeout:       nt.Timeout,
 		Payload:       jsonOrNull(nt.Payload),
 		UniqueKey:     nt.UniqueKey,
+		LimitKey:      nt.LimitKey,
+		Resources:     maps.Clone(nt.Resources),
 		Schedule:      nt.Schedule,
 		ScheduledFor:  dbTime(nt.ScheduledFor),
 		CreatedAt:     now,

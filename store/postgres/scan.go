@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -30,6 +32,78 @@ func taskColumnsOf(alias string) string {
 		cols[i] = alias + "." + c
 	}
 	return strings.Join(cols, ", ")
+}
+
+// limitColumns follow taskColumns where a reader needs what limits count:
+// the limited claim, GetTask and ListTasks. The plain claim and the writes
+// of the hot path read taskColumns alone.
+const limitColumns = "limit_key, resources, wait_reason"
+
+// limitRow receives limitColumns.
+type limitRow struct {
+	limitKey, waitReason string
+	resources            []byte
+}
+
+func (l *limitRow) dest() []any { return []any{&l.limitKey, &l.resources, &l.waitReason} }
+
+func (l *limitRow) into(t *task.Task) error {
+	t.LimitKey, t.WaitReason = l.limitKey, l.waitReason
+	t.Resources = nil
+	if l.resources != nil {
+		if err := json.Unmarshal(l.resources, &t.Resources); err != nil {
+			return fmt.Errorf("task %d: resources %s: %w", t.ID, l.resources, err)
+		}
+	}
+	return nil
+}
+
+// scanLimitedTasks reads rows of taskColumns followed by limitColumns.
+func scanLimitedTasks(rows pgx.Rows) ([]*task.Task, error) {
+	defer rows.Close()
+	var out []*task.Task
+	var r taskRow
+	var l limitRow
+	dest := append(r.dest(), l.dest()...)
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		t := r.task()
+		if err := l.into(t); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func scanLimitedTask(row pgx.Row) (*task.Task, error) {
+	var r taskRow
+	var l limitRow
+	if err := row.Scan(append(r.dest(), l.dest()...)...); err != nil {
+		return nil, err
+	}
+	t := r.task()
+	return t, l.into(t)
+}
+
+// resourcesText is a task's resources as jsonb text, NULL for none.
+func resourcesText(r store.Resources) pgtype.Text {
+	if len(r) == 0 {
+		return pgtype.Text{}
+	}
+	b, _ := json.Marshal(map[string]int64(r)) // a map of numbers always marshals
+	return pgtype.Text{String: string(b), Valid: true}
+}
+
+// resourcesJSON is resourcesText for COPY, which takes the jsonb's bytes.
+func resourcesJSON(r store.Resources) []byte {
+	t := resourcesText(r)
+	if !t.Valid {
+		return nil
+	}
+	return []byte(t.String)
 }
 
 // taskRow receives one row of taskColumns.
@@ -108,14 +182,6 @@ func scanTasks(rows pgx.Rows) ([]*task.Task, error) {
 		out = append(out, r.task())
 	}
 	return out, rows.Err()
-}
-
-func scanTask(row pgx.Row) (*task.Task, error) {
-	var r taskRow
-	if err := row.Scan(r.dest()...); err != nil {
-		return nil, err
-	}
-	return r.task(), nil
 }
 
 func rawJSON(b []byte) json.RawMessage {

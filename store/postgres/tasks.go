@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -32,7 +33,7 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertTasksHead and insertTasksTail insert the rows of unnest($1..$13) in
+// insertTasksHead and insertTasksTail insert the rows of unnest($1..$15) in
 // input order (so that ids ascend in input order) and return them, with an
 // ON CONFLICT clause between the two where one is wanted. Status and run_at
 // come from the database clock: a task due later than now is scheduled,
@@ -41,18 +42,22 @@ const insertTasksHead = `
 WITH input AS (
     SELECT i.*, coalesce(i.run_at, statement_timestamp() + i.delay_us * interval '1 microsecond') AS due
     FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::timestamptz[], $6::bigint[], $7::int[],
-                $8::bigint[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::timestamptz[])
+                $8::bigint[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::timestamptz[],
+                $14::text[], $15::text[])
          WITH ORDINALITY AS i(kind, key, bucket, priority, run_at, delay_us, max_attempts,
-                              timeout_ms, payload, unique_key, pending, schedule, scheduled_for, ord)
+                              timeout_ms, payload, unique_key, pending, schedule, scheduled_for,
+                              limit_key, resources, ord)
 ), ins AS (
     INSERT INTO flotilla_tasks (kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms,
-                                payload, unique_key, schedule, scheduled_for, created_at, updated_at)
+                                payload, unique_key, schedule, scheduled_for, created_at, updated_at,
+                                limit_key, resources)
     SELECT kind, key, bucket,
            CASE WHEN pending THEN 'pending'
                 WHEN due > statement_timestamp() THEN 'scheduled'
                 ELSE 'queued' END,
            priority, greatest(due, statement_timestamp()), max_attempts, timeout_ms,
-           payload::jsonb, unique_key, schedule, scheduled_for, statement_timestamp(), statement_timestamp()
+           payload::jsonb, unique_key, schedule, scheduled_for, statement_timestamp(), statement_timestamp(),
+           limit_key, resources::jsonb
     FROM input
     ORDER BY ord`
 
@@ -88,6 +93,8 @@ type taskBatch struct {
 	runAts, scheduledFor                         []pgtype.Timestamptz
 	delays, timeouts                             []int64
 	pending                                      []bool
+	limitKeys                                    []string
+	resources                                    []pgtype.Text
 }
 
 func (b *taskBatch) args() []any {
@@ -101,7 +108,7 @@ func (b *taskBatch) args() []any {
 	return []any{
 		b.kinds, b.keys, b.buckets, b.priorities, b.runAts, b.delays, b.maxAttempts, b.timeouts,
 		b.payloads, texts(b.uniqueKeys, b.uniqueValid), b.pending,
-		texts(b.schedules, b.scheduleValid), b.scheduledFor,
+		texts(b.schedules, b.scheduleValid), b.scheduledFor, b.limitKeys, b.resources,
 	}
 }
 
@@ -121,6 +128,7 @@ func newTaskBatch(tasks []store.NewTask) *taskBatch {
 		buckets: make([]int32, n), priorities: make([]int32, n), maxAttempts: make([]int32, n),
 		runAts: make([]pgtype.Timestamptz, n), scheduledFor: make([]pgtype.Timestamptz, n),
 		delays: make([]int64, n), timeouts: make([]int64, n), pending: make([]bool, n),
+		limitKeys: make([]string, n), resources: make([]pgtype.Text, n),
 	}
 	for i, nt := range tasks {
 		b.kinds[i], b.keys[i] = nt.Kind, nt.Key
@@ -134,6 +142,8 @@ func newTaskBatch(tasks []store.NewTask) *taskBatch {
 		b.delays[i] = micros(nt.Delay)
 		b.timeouts[i] = nt.Timeout.Milliseconds()
 		b.pending[i] = nt.Pending
+		b.limitKeys[i] = nt.LimitKey
+		b.resources[i] = resourcesText(nt.Resources)
 	}
 	return b
 }
@@ -217,6 +227,9 @@ func insertTasksWith(ctx context.Context, q querier, sql string, tasks []store.N
 	if len(out) != len(tasks) {
 		return nil, fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
 	}
+	for i, t := range out { // in input order, and the insert returns what it was given
+		t.LimitKey, t.Resources = tasks[i].LimitKey, maps.Clone(tasks[i].Resources)
+	}
 	return out, nil
 }
 
@@ -230,7 +243,7 @@ const notifyTasksSQL = `SELECT pg_notify('flotilla_tasks', $1)`
 // defaults.
 var copyColumns = []string{
 	"id", "kind", "key", "bucket", "status", "priority", "run_at", "max_attempts", "timeout_ms",
-	"payload", "unique_key", "schedule", "scheduled_for", "created_at", "updated_at",
+	"payload", "unique_key", "schedule", "scheduled_for", "created_at", "updated_at", "limit_key", "resources",
 }
 
 // copyTasks creates a large batch inside tx: one statement reserves the ids
@@ -284,8 +297,9 @@ func copyTasks(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]*task.T
 		rows[i] = []any{
 			t.ID, t.Kind, t.Key, int32(t.Bucket), string(t.Status), int32(t.Priority), t.RunAt,
 			int32(t.MaxAttempts), nt.Timeout.Milliseconds(), []byte(t.Payload), optText(nt.UniqueKey),
-			optText(nt.Schedule), optTimestamp(t.ScheduledFor), now, now,
+			optText(nt.Schedule), optTimestamp(t.ScheduledFor), now, now, nt.LimitKey, resourcesJSON(nt.Resources),
 		}
+		t.LimitKey, t.Resources = nt.LimitKey, maps.Clone(nt.Resources)
 		out[i] = t
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"flotilla_tasks"}, copyColumns, pgx.CopyFromRows(rows)); err != nil {
@@ -329,11 +343,11 @@ func createError(err error, n int) error {
 	return wrap(err, "create %d tasks", n)
 }
 
-var getTaskSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks WHERE id = $1`
+var getTaskSQL = `SELECT ` + taskColumns + `, ` + limitColumns + ` FROM flotilla_tasks WHERE id = $1`
 
 // GetTask reads one task.
 func (s *Store) GetTask(ctx context.Context, id int64) (*task.Task, error) {
-	t, err := scanTask(s.pool.QueryRow(ctx, getTaskSQL, id))
+	t, err := scanLimitedTask(s.pool.QueryRow(ctx, getTaskSQL, id))
 	if err != nil {
 		return nil, wrap(err, "task %d", id)
 	}
@@ -347,7 +361,7 @@ func (s *Store) GetTask(ctx context.Context, id int64) (*task.Task, error) {
 // changes are never HOT updates), and a listing walks the primary key newest
 // first and stops at its limit.
 var listTasksSQL = `
-SELECT ` + taskColumns + ` FROM flotilla_tasks
+SELECT ` + taskColumns + `, ` + limitColumns + ` FROM flotilla_tasks
 WHERE ($1::text[] IS NULL OR status = ANY($1::text[]))
   AND ($2::int[] IS NULL OR bucket = ANY($2::int[]))
   AND ($3::text = '' OR kind = $3::text)
@@ -399,7 +413,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	if err != nil {
 		return nil, wrap(err, "list tasks")
 	}
-	out, err := scanTasks(rows)
+	out, err := scanLimitedTasks(rows)
 	if err != nil {
 		return nil, wrap(err, "list tasks")
 	}

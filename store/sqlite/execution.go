@@ -121,20 +121,9 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 		return claimed, nil
 	}
 	err := s.write(ctx, func(tx *wtx) error {
-		epochs := map[int]int64{}
-		live := make([]int, 0, len(req.Buckets))
-		for _, hb := range req.Buckets {
-			l, err := loadLease(tx, hb.Bucket)
-			if err != nil {
-				return err
-			}
-			if l.liveFor(req.Owner, hb.Epoch, tx.now) {
-				epochs[hb.Bucket] = hb.Epoch
-				live = append(live, hb.Bucket)
-			}
-		}
-		if len(live) == 0 {
-			return nil
+		epochs, live, err := liveEpochs(tx, req)
+		if err != nil || len(live) == 0 {
+			return err
 		}
 		rows, err := tx.query(claimSQL, tx.now.UnixMicro(), intsJSON(live), stringsJSON(req.Kinds), req.Limit)
 		if err != nil {
@@ -153,34 +142,8 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 		if err := rows.Err(); err != nil {
 			return wrap(err, "claim")
 		}
-		if len(picked) == 0 {
-			return nil
-		}
-		lease := dbTime(tx.now.Add(req.LeaseTTL))
-		ids := make([]int64, len(picked))
-		byBucket := map[string]int64{}
-		for i, t := range picked {
-			ids[i] = t.ID
-			byBucket[fmt.Sprint(t.Bucket)] = epochs[t.Bucket]
-		}
-		// Every claimed row moves the same way, so one statement writes
-		// them all; the moves below record their events and keep the
-		// returned tasks in step with the rows.
-		epochsJSON, _ := json.Marshal(byBucket)
-		if _, err := tx.exec(claimUpdateSQL, req.Owner, req.Node, string(epochsJSON), lease.UnixMicro(),
-			tx.now.UnixMicro(), tx.now.UnixMicro(), int64sJSON(ids)); err != nil {
-			return wrap(err, "claim")
-		}
-		for _, t := range picked {
-			epoch := epochs[t.Bucket]
-			t.ClaimSeq++
-			t.Attempt++
-			t.Owner, t.Node, t.Epoch = req.Owner, req.Node, epoch
-			t.LeaseExpiresAt = lease
-			t.StartedAt = tx.now
-			if err := move(tx, t, task.Running, moveDetails{reason: "claimed", node: req.Node, epoch: epoch, saved: true}); err != nil {
-				return err
-			}
+		if err := startPicked(tx, req, epochs, picked, claimUpdateSQL); err != nil {
+			return err
 		}
 		claimed = append(claimed[:0], picked...)
 		return nil
@@ -189,6 +152,60 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 		return nil, requireSchema(err)
 	}
 	return claimed, nil
+}
+
+// liveEpochs reads the leases of the buckets a claim names and keeps those
+// the claimer holds live under the epoch it names: the epoch of each, and
+// the list of them.
+func liveEpochs(tx *wtx, req store.ClaimRequest) (map[int]int64, []int, error) {
+	epochs := map[int]int64{}
+	live := make([]int, 0, len(req.Buckets))
+	for _, hb := range req.Buckets {
+		l, err := loadLease(tx, hb.Bucket)
+		if err != nil {
+			return nil, nil, err
+		}
+		if l.liveFor(req.Owner, hb.Epoch, tx.now) {
+			epochs[hb.Bucket] = hb.Epoch
+			live = append(live, hb.Bucket)
+		}
+	}
+	return epochs, live, nil
+}
+
+// startPicked moves the picked tasks of a claim to running with update
+// (claimUpdateSQL or the limited claim's), records their events, and keeps
+// the returned tasks in step with their rows.
+func startPicked(tx *wtx, req store.ClaimRequest, epochs map[int]int64, picked []*task.Task, update string) error {
+	if len(picked) == 0 {
+		return nil
+	}
+	lease := dbTime(tx.now.Add(req.LeaseTTL))
+	ids := make([]int64, len(picked))
+	byBucket := map[string]int64{}
+	for i, t := range picked {
+		ids[i] = t.ID
+		byBucket[fmt.Sprint(t.Bucket)] = epochs[t.Bucket]
+	}
+	// Every claimed row moves the same way, so one statement writes
+	// them all.
+	epochsJSON, _ := json.Marshal(byBucket)
+	if _, err := tx.exec(update, req.Owner, req.Node, string(epochsJSON), lease.UnixMicro(),
+		tx.now.UnixMicro(), tx.now.UnixMicro(), int64sJSON(ids)); err != nil {
+		return wrap(err, "claim")
+	}
+	for _, t := range picked {
+		epoch := epochs[t.Bucket]
+		t.ClaimSeq++
+		t.Attempt++
+		t.Owner, t.Node, t.Epoch = req.Owner, req.Node, epoch
+		t.LeaseExpiresAt = lease
+		t.StartedAt = tx.now
+		if err := move(tx, t, task.Running, moveDetails{reason: "claimed", node: req.Node, epoch: epoch, saved: true}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RenewTaskLeases extends the leases of the named attempts that the owner

@@ -111,7 +111,7 @@ func checkStepPayloads(steps []task.Step) error {
 // in its pipeline.
 const stepColumns = insertColumns + `, pipeline_id, step, deps_left`
 
-const stepMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const stepMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // depsChunk is how many dependency rows one INSERT carries (5 parameters
 // each).
@@ -129,7 +129,7 @@ func createSteps(tx *wtx, h pipelineHead, steps []task.Step, current map[string]
 	created := make([]*task.Task, len(steps))
 	for from := 0; from < len(steps); from += insertChunk {
 		to := min(from+insertChunk, len(steps))
-		args := make([]any, 0, 17*(to-from))
+		args := make([]any, 0, (insertParams+3)*(to-from))
 		for i := from; i < to; i++ {
 			st := steps[i]
 			t := newTaskRow(store.NewTask{

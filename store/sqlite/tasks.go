@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 const taskColumns = `id, kind, key, bucket, status, status_version, priority, run_at, attempt, max_attempts,
     timeout_ms, payload, result, progress, error, claim_seq, owner, node, epoch, lease_expires_at,
     stop_requested, pause_requested, schedule, scheduled_for, unique_key, created_at, started_at,
-    finished_at, updated_at, pipeline_id, step`
+    finished_at, updated_at, pipeline_id, step, limit_key, resources, wait_reason`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -32,12 +33,13 @@ func scanTask(row scanner) (*task.Task, error) {
 		owner, schedule, uniqueKey                        sql.NullString
 		runAt, leaseExp, scheduledFor, createdAt, started sql.NullInt64
 		finished, updated, pipeline                       sql.NullInt64
-		step                                              sql.NullString
+		step, resources                                   sql.NullString
 	)
 	err := row.Scan(&t.ID, &t.Kind, &t.Key, &t.Bucket, &status, &t.StatusVersion, &t.Priority, &runAt,
 		&t.Attempt, &t.MaxAttempts, &timeoutMS, &payload, &result, &progress, &t.Error, &t.ClaimSeq, &owner,
 		&t.Node, &t.Epoch, &leaseExp, &t.StopRequested, &t.PauseRequested, &schedule, &scheduledFor,
-		&uniqueKey, &createdAt, &started, &finished, &updated, &pipeline, &step)
+		&uniqueKey, &createdAt, &started, &finished, &updated, &pipeline, &step,
+		&t.LimitKey, &resources, &t.WaitReason)
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +50,9 @@ func scanTask(row scanner) (*task.Task, error) {
 	t.Progress = doc(progress)
 	t.Owner, t.Schedule, t.UniqueKey = owner.String, schedule.String, uniqueKey.String
 	t.Pipeline, t.Step = pipeline.Int64, step.String
+	if t.Resources, err = resourcesOf(resources); err != nil {
+		return nil, fmt.Errorf("task %d: %w", t.ID, err)
+	}
 	t.RunAt, t.LeaseExpiresAt, t.ScheduledFor = fromMicros(runAt), fromMicros(leaseExp), fromMicros(scheduledFor)
 	t.CreatedAt, t.StartedAt, t.FinishedAt, t.UpdatedAt = fromMicros(createdAt), fromMicros(started),
 		fromMicros(finished), fromMicros(updated)
@@ -91,7 +96,7 @@ func taskNotFound(id int64) error {
 
 // insertChunk is how many tasks one INSERT statement carries: per row,
 // SQLite's cost is mostly the statement's own, so a bulk insert writes
-// many rows per statement (14 parameters a row, far below SQLite's limit
+// many rows per statement (16 parameters a row, far below SQLite's limit
 // of 32,766).
 const insertChunk = 64
 
@@ -119,7 +124,7 @@ func newTaskRow(nt store.NewTask, now time.Time) *task.Task {
 		Kind: nt.Kind, Key: nt.Key, Bucket: nt.Bucket, Status: status, StatusVersion: 1, Priority: nt.Priority,
 		RunAt: runAt, MaxAttempts: maxAttempts, Timeout: nt.Timeout, Payload: jsonOrNull(nt.Payload),
 		UniqueKey: nt.UniqueKey, Schedule: nt.Schedule, ScheduledFor: dbTime(nt.ScheduledFor),
-		CreatedAt: now, UpdatedAt: now,
+		LimitKey: nt.LimitKey, Resources: maps.Clone(nt.Resources), CreatedAt: now, UpdatedAt: now,
 	}
 }
 
@@ -127,13 +132,38 @@ func newTaskRow(nt store.NewTask, now time.Time) *task.Task {
 func rowArgs(t *task.Task) []any {
 	return []any{t.Kind, t.Key, t.Bucket, string(t.Status), t.Priority, t.RunAt.UnixMicro(), t.MaxAttempts,
 		t.Timeout.Milliseconds(), string(t.Payload), nullString(t.UniqueKey), nullString(t.Schedule),
-		micros(t.ScheduledFor), t.CreatedAt.UnixMicro(), t.UpdatedAt.UnixMicro()}
+		micros(t.ScheduledFor), t.CreatedAt.UnixMicro(), t.UpdatedAt.UnixMicro(), t.LimitKey, resourcesArg(t.Resources)}
+}
+
+// resourcesArg is a task's resources as stored: a JSON object, NULL for
+// none.
+func resourcesArg(r map[string]int64) any {
+	if len(r) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// resourcesOf reads the resources column; nil for none.
+func resourcesOf(s sql.NullString) (store.Resources, error) {
+	if !s.Valid || s.String == "" {
+		return nil, nil
+	}
+	var r store.Resources
+	if err := json.Unmarshal([]byte(s.String), &r); err != nil {
+		return nil, fmt.Errorf("resources %q: %w", s.String, err)
+	}
+	return r, nil
 }
 
 const insertColumns = `kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms, payload,
-    unique_key, schedule, scheduled_for, created_at, updated_at`
+    unique_key, schedule, scheduled_for, created_at, updated_at, limit_key, resources`
 
-const rowMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+// insertParams is the number of parameters of one row of insertColumns.
+const insertParams = 16
+
+const rowMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // insertSQL inserts n rows and returns their ids.
 func insertSQL(n int, orIgnore bool) string {
@@ -159,7 +189,7 @@ func insertTasks(tx *wtx, tasks []store.NewTask, skipConflicts bool) ([]*task.Ta
 	}
 	for from := 0; from < len(tasks); from += chunk {
 		to := min(from+chunk, len(tasks))
-		args := make([]any, 0, 14*(to-from))
+		args := make([]any, 0, insertParams*(to-from))
 		for i := from; i < to; i++ {
 			out[i] = newTaskRow(tasks[i], tx.now)
 			args = append(args, rowArgs(out[i])...)

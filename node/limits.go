@@ -1,0 +1,432 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// limiter is the holder's in-memory view of its limits: what runs per
+// limit key and kind, which resources are taken, each rate-limited key's
+// next start, and its shares of fleet-wide limits. Every key lives in one
+// bucket and every bucket has one holder, so this view is the only one that
+// decides for the keys of the buckets held here: no lock across nodes, and
+// nothing persistent that could leak a slot.
+//
+// Counts come from two places: this node's own attempts under the epoch it
+// holds each bucket in (tracked exactly, hold at claim and release at
+// settle), and the active rows of its buckets that are not those (a
+// previous holder's, or an older epoch's), read from the store at every
+// refresh until they are settled or rescued. A bucket takes part in a
+// limited claim only once a refresh has read its rows under the epoch it is
+// held in now: a takeover never admits more than a limit.
+type limiter struct {
+	store    store.Store
+	owner    string
+	node     string
+	clock    func() time.Time
+	capacity store.Resources
+	conc     int
+	log      *zap.Logger
+	ttl      time.Duration // share TTL: the bucket lease TTL
+	margin   time.Duration
+
+	mu     sync.Mutex
+	loaded bool
+	limits map[string][]store.Limit // by kind
+	// own and foreign are what each task holds, by task id.
+	own, foreign map[int64]use
+	running      map[kindKey]int
+	kindRunning  map[string]int
+	used         store.Resources
+	// ready is the epoch each bucket's active rows were last read under.
+	ready map[int]int64
+	// acquired is when each bucket was taken under its epoch, on the local
+	// clock: a rate-limited key starts with no tokens at a takeover.
+	acquired map[int]time.Time
+	tat      map[rateKey]time.Time
+	shares   map[string]shareState // by limit name
+	reasons  map[kindKey]string    // written on the task rows
+}
+
+type kindKey struct{ kind, key string }
+
+type rateKey struct{ limit, key string }
+
+type use struct {
+	kind, key string
+	resources store.Resources
+}
+
+type shareState struct {
+	share    int
+	deadline time.Time // local: sent + TTL - margin
+}
+
+func newLimiter(s store.Store, owner, node string, capacity store.Resources, conc int, ttl time.Duration,
+	now func() time.Time, log *zap.Logger) *limiter {
+	return &limiter{
+		store: s, owner: owner, node: node, capacity: capacity, conc: conc, ttl: ttl, margin: deadlineMargin(ttl),
+		clock: now, log: log,
+		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
+		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
+		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
+		shares: map[string]shareState{}, reasons: map[kindKey]string{},
+	}
+}
+
+// active reports whether claims must go through the limits: a limit names
+// one of the node's kinds, or the node declares capacities.
+func (l *limiter) active() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.activeLocked()
+}
+
+func (l *limiter) activeLocked() bool { return len(l.limits) > 0 || len(l.capacity) > 0 }
+
+func (l *limiter) add(u use, sign int) {
+	k := kindKey{u.kind, u.key}
+	l.running[k] += sign
+	if l.running[k] <= 0 {
+		delete(l.running, k)
+	}
+	l.kindRunning[u.kind] += sign
+	if l.kindRunning[u.kind] <= 0 {
+		delete(l.kindRunning, u.kind)
+	}
+	for name, v := range u.resources {
+		l.used[name] += int64(sign) * v
+	}
+}
+
+// hold counts a task this node has just claimed, and takes a rate token
+// for it.
+func (l *limiter) hold(t *task.Task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.own[t.ID]; ok {
+		return
+	}
+	u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
+	if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
+		l.add(old, -1)
+		delete(l.foreign, t.ID)
+	}
+	l.own[t.ID] = u
+	l.add(u, 1)
+	now := l.clock()
+	for _, lim := range l.limits[t.Kind] {
+		if lim.Rate > 0 {
+			rk := rateKey{lim.Name, u.key}
+			l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
+		}
+	}
+}
+
+// release frees what a settled attempt held.
+func (l *limiter) release(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u, ok := l.own[id]; ok {
+		l.add(u, -1)
+		delete(l.own, id)
+	}
+}
+
+func interval(lim store.Limit) time.Duration { return lim.Period / time.Duration(lim.Rate) }
+
+// tatOf is a key's theoretical arrival time (GCRA): it may start a task at
+// now when tat - now <= (burst-1) × interval. A key not seen yet starts
+// empty at its bucket's acquisition and fills at the limit's rate, so that
+// a new holder never adds a burst to what the previous one started.
+func (l *limiter) tatOf(lim store.Limit, rk rateKey, bucket int, now time.Time) time.Time {
+	if tat, ok := l.tat[rk]; ok {
+		return maxTime(tat, now)
+	}
+	at, ok := l.acquired[bucket]
+	if !ok {
+		at = now
+	}
+	return maxTime(now, at.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+}
+
+// freshTAT is tatOf for a key not seen yet in any held bucket: the
+// youngest acquisition counts.
+func (l *limiter) freshTAT(lim store.Limit, now time.Time) time.Time {
+	youngest := time.Time{}
+	for _, at := range l.acquired {
+		if at.After(youngest) {
+			youngest = at
+		}
+	}
+	return maxTime(now, youngest.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// tokens is how many starts a rate limit allows at now for a key whose
+// tat is tat.
+func tokens(lim store.Limit, tat, now time.Time) int {
+	iv := interval(lim)
+	slack := time.Duration(lim.EffectiveBurst())*iv - tat.Sub(now)
+	if slack < iv {
+		return 0
+	}
+	return min(lim.EffectiveBurst(), int(slack/iv))
+}
+
+// claim builds the limited claim for the buckets in held that are ready,
+// and returns them.
+func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.LimitedClaim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ready := make([]store.HeldBucket, 0, len(held))
+	for _, h := range held {
+		if e, ok := l.ready[h.Bucket]; ok && e == h.Epoch {
+			ready = append(ready, h)
+		}
+	}
+	now := l.clock()
+	var lc store.LimitedClaim
+	keys := map[kindKey]*store.KeyRoom{}
+	keyRoom := func(kind, key string) *store.KeyRoom {
+		k := kindKey{kind, key}
+		if r, ok := keys[k]; ok {
+			return r
+		}
+		r := &store.KeyRoom{Kind: kind, Key: key, Room: -1, Used: l.running[k]}
+		keys[k] = r
+		return r
+	}
+	narrow := func(room *int, v int) {
+		if *room < 0 || v < *room {
+			*room = max(0, v)
+		}
+	}
+	for kind, lims := range l.limits {
+		kr := store.KindRoom{Kind: kind, Room: -1, KeyRoom: -1}
+		for _, lim := range lims {
+			switch {
+			case lim.Per == store.PerFleet:
+				sh := l.shares[lim.Name]
+				if now.After(sh.deadline) {
+					sh.share = 0 // not renewed in time: nothing more starts
+				}
+				narrow(&kr.Room, sh.share-l.kindRunning[kind])
+			case lim.Concurrency > 0:
+				narrow(&kr.KeyRoom, lim.Concurrency)
+				for k, n := range l.running {
+					if k.kind == kind {
+						narrow(&keyRoom(kind, k.key).Room, lim.Concurrency-n)
+					}
+				}
+			case lim.Rate > 0:
+				narrow(&kr.KeyRoom, tokens(lim, l.freshTAT(lim, now), now))
+				for rk, tat := range l.tat {
+					if rk.limit == lim.Name {
+						narrow(&keyRoom(kind, rk.key).Room, tokens(lim, tat, now))
+					}
+				}
+			}
+		}
+		lc.Kinds = append(lc.Kinds, kr)
+	}
+	for _, r := range keys {
+		lc.Keys = append(lc.Keys, *r)
+	}
+	// Keys with tasks running but no per-key limit still carry their use,
+	// for the fairness order.
+	for k, n := range l.running {
+		if _, ok := keys[k]; !ok {
+			lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: -1, Used: n})
+		}
+	}
+	// A key is busy, and left out of the claim's second walk, from half
+	// the use of the busiest key: the keys using less are seen even when
+	// they queue behind its backlog.
+	busiest := 0
+	for _, n := range l.running {
+		busiest = max(busiest, n)
+	}
+	lc.BusyAt = max(1, (busiest+1)/2)
+	lc.Free = store.Resources{}
+	for name, c := range l.capacity {
+		lc.Free[name] = max(0, c-l.used[name])
+	}
+	return ready, lc
+}
+
+// refresh reloads the limits, reads the active rows of the held buckets,
+// renews the shares of fleet-wide limits and writes the reasons why keys
+// wait. held is read at the start; a bucket becomes ready under the epoch
+// it had then.
+func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []string) {
+	all, err := l.store.ListLimits(ctx)
+	if err != nil {
+		l.log.Warn("reading limits failed; keeping the last ones", zap.Error(err))
+		return
+	}
+	byKind := map[string][]store.Limit{}
+	for _, lim := range all {
+		if slices.Contains(kinds, lim.Kind) {
+			byKind[lim.Kind] = append(byKind[lim.Kind], lim)
+		}
+	}
+	l.mu.Lock()
+	l.limits, l.loaded = byKind, true
+	active := l.activeLocked()
+	l.mu.Unlock()
+	if !active {
+		return
+	}
+	buckets := make([]int, len(held))
+	for i, h := range held {
+		buckets[i] = h.Bucket
+	}
+	rows, err := l.store.ActiveUse(ctx, buckets)
+	if err != nil {
+		l.log.Warn("reading the running tasks of held buckets failed", zap.Error(err))
+		return
+	}
+	epochOf := map[int]int64{}
+	for _, h := range held {
+		epochOf[h.Bucket] = h.Epoch
+	}
+	l.mu.Lock()
+	for id, u := range l.foreign {
+		l.add(u, -1)
+		delete(l.foreign, id)
+	}
+	for _, r := range rows {
+		if _, mine := l.own[r.ID]; mine && r.Owner == l.owner && r.Epoch == epochOf[r.Bucket] {
+			continue
+		}
+		u := use{kind: r.Kind, key: r.LimitKey, resources: r.Resources}
+		l.foreign[r.ID] = u
+		l.add(u, 1)
+	}
+	for _, h := range held {
+		l.ready[h.Bucket] = h.Epoch
+	}
+	fleet := []store.Limit{}
+	for _, lims := range l.limits {
+		for _, lim := range lims {
+			if lim.Per == store.PerFleet {
+				fleet = append(fleet, lim)
+			}
+		}
+	}
+	l.mu.Unlock()
+
+	for _, lim := range fleet {
+		l.takeShare(ctx, lim, buckets)
+	}
+	l.writeReasons(ctx, held)
+}
+
+func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int) {
+	l.mu.Lock()
+	running := l.kindRunning[lim.Kind]
+	l.mu.Unlock()
+	sent := l.clock()
+	sh, err := l.store.TakeShare(ctx, store.ShareRequest{Limit: lim.Name, Owner: l.owner, Node: l.node,
+		Running: running, MaxDemand: l.conc, Buckets: buckets, TTL: l.ttl})
+	if err != nil {
+		// The old share stays until its local deadline, then counts as 0.
+		l.log.Warn("renewing a share of a fleet-wide limit failed", zap.String("limit", lim.Name), zap.Error(err))
+		return
+	}
+	l.mu.Lock()
+	l.shares[lim.Name] = shareState{share: sh.Share, deadline: sent.Add(l.ttl - l.margin)}
+	l.mu.Unlock()
+}
+
+// maxReasonKeys bounds the keys whose reasons one refresh writes.
+const maxReasonKeys = 100
+
+// writeReasons writes, on the waiting rows of each key a limit has closed,
+// why they wait; a key that reopened has its reason cleared by the claim.
+func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
+	l.mu.Lock()
+	now := l.clock()
+	var out []store.WaitReason
+	for kind, lims := range l.limits {
+		for _, lim := range lims {
+			switch {
+			case lim.Per == store.PerKey && lim.Concurrency > 0:
+				for k, n := range l.running {
+					if k.kind == kind && n >= lim.Concurrency {
+						out = l.reasonLocked(out, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
+					}
+				}
+			case lim.Rate > 0:
+				for rk, tat := range l.tat {
+					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
+						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
+						out = l.reasonLocked(out, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
+							lim.Name, rk.key, next.Round(100*time.Millisecond)))
+					}
+				}
+			}
+		}
+	}
+	l.mu.Unlock()
+	if len(out) == 0 {
+		return
+	}
+	if _, err := l.store.SetWaitReasons(ctx, l.owner, held, out); err != nil {
+		l.log.Warn("writing wait reasons failed", zap.Error(err))
+	}
+}
+
+func (l *limiter) reasonLocked(out []store.WaitReason, k kindKey, reason string) []store.WaitReason {
+	if len(out) >= maxReasonKeys || l.reasons[k] != "" {
+		return out // written while the key stays closed; the claim clears it
+	}
+	l.reasons[k] = reason
+	return append(out, store.WaitReason{Kind: k.kind, LimitKey: k.key, Reason: reason})
+}
+
+// opened forgets the reasons of keys whose tasks were claimed: their rows'
+// reasons were cleared by the claim.
+func (l *limiter) opened(ts []*task.Task) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range ts {
+		delete(l.reasons, kindKey{t.Kind, store.LimitKeyOf(t.Key, t.LimitKey)})
+	}
+}
+
+// acquiredBuckets notes buckets taken under a new epoch: not ready until
+// the next refresh has read their running rows.
+func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock()
+	for _, h := range hs {
+		delete(l.ready, h.Bucket)
+		l.acquired[h.Bucket] = now
+	}
+}
+
+// limitPass refreshes the limiter (see limiter.refresh) and lets the claim
+// loop use what it learnt.
+func (n *Node) limitPass(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.stmtTimeout)
+	defer cancel()
+	n.limits.refresh(ctx, n.keeper.Held(), n.kinds)
+	n.claimLoop.poke()
+}

@@ -1,0 +1,434 @@
+package store
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// Limit scopes.
+const (
+	// PerKey applies a limit to each limit key of its kind on its own: the
+	// holder of the key's bucket enforces it alone, in memory.
+	PerKey = "key"
+	// PerFleet applies a concurrency limit to every task of its kind in the
+	// fleet: holders share it by quota (see TakeShare).
+	PerFleet = "fleet"
+)
+
+// Limit is a flow-control rule declared as data the fleet shares. Exactly
+// one of Concurrency and Rate is set.
+type Limit struct {
+	Name string
+	Kind string
+	Per  string // PerKey or PerFleet
+	// Concurrency is the most tasks that may run at once: per limit key
+	// (PerKey) or in the whole fleet (PerFleet).
+	Concurrency int
+	// Rate starts per Period, per limit key, with Burst starts allowed at
+	// once (0 means 1). Only PerKey.
+	Rate   int
+	Period time.Duration
+	Burst  int
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Limit bounds.
+const (
+	MaxLimitConcurrency = 1_000_000
+	MaxLimitRate        = 1_000_000
+	MaxLimitPeriod      = 24 * time.Hour
+)
+
+// CheckLimit refuses a limit no store could keep, naming the bad field and
+// what is valid. Every store calls it before writing.
+func CheckLimit(l Limit) error {
+	if err := CheckName("limit name", l.Name, true); err != nil {
+		return err
+	}
+	if err := CheckName("limit kind", l.Kind, true); err != nil {
+		return err
+	}
+	bad := func(field string, v any, problem, valid string) error {
+		return &InvalidError{Field: field, Value: v, Problem: problem, Valid: valid}
+	}
+	switch {
+	case l.Per != PerKey && l.Per != PerFleet:
+		return bad("limit scope", l.Per, "is unknown", "give key or fleet")
+	case (l.Concurrency != 0) == (l.Rate != 0):
+		return bad("limit", l.Name, "needs exactly one of a concurrency and a rate", "give --concurrency N or --rate N/PERIOD")
+	case l.Concurrency < 0 || l.Concurrency > MaxLimitConcurrency:
+		return bad("limit concurrency", l.Concurrency, "is out of range", fmt.Sprintf("give 1 to %d", MaxLimitConcurrency))
+	case l.Rate < 0 || l.Rate > MaxLimitRate:
+		return bad("limit rate", l.Rate, "is out of range", fmt.Sprintf("give 1 to %d starts per period", MaxLimitRate))
+	case l.Rate > 0 && l.Per != PerKey:
+		return bad("limit scope", l.Per, "cannot carry a rate", "give --per key for a rate limit")
+	case l.Rate > 0 && (l.Period < time.Millisecond || l.Period > MaxLimitPeriod || l.Period%time.Millisecond != 0):
+		return bad("limit period", l.Period, "is out of range", "give whole milliseconds from 1ms to 24h")
+	case l.Rate == 0 && (l.Period != 0 || l.Burst != 0):
+		return bad("limit", l.Name, "has a period or burst without a rate", "give them only with --rate")
+	case l.Burst < 0 || l.Burst > MaxLimitRate:
+		return bad("limit burst", l.Burst, "is out of range", fmt.Sprintf("give 1 to %d, or 0 for 1", MaxLimitRate))
+	}
+	return nil
+}
+
+// EffectiveBurst is the starts a rate limit allows at once.
+func (l Limit) EffectiveBurst() int { return max(1, l.Burst) }
+
+// String describes the rule: "concurrency 2 per key", "rate 10/1s burst 5
+// per key", "concurrency 4 per fleet".
+func (l Limit) String() string {
+	if l.Rate > 0 {
+		return fmt.Sprintf("rate %d/%v burst %d per %s", l.Rate, l.Period, l.EffectiveBurst(), l.Per)
+	}
+	return fmt.Sprintf("concurrency %d per %s", l.Concurrency, l.Per)
+}
+
+// Resources are named amounts: what a node has (its capacity) or what a
+// task needs to start. Amounts are positive.
+type Resources map[string]int64
+
+// MaxResources bounds how many names one task or node may give.
+const MaxResources = 16
+
+// CheckResources refuses names CheckName refuses, amounts that are not
+// positive, and more than MaxResources names. field names the input in the
+// error ("resources", "capacity").
+func CheckResources(field string, r Resources) error {
+	if len(r) > MaxResources {
+		return &InvalidError{Field: field, Value: r.String(), Problem: fmt.Sprintf("names %d resources", len(r)),
+			Valid: fmt.Sprintf("give at most %d", MaxResources)}
+	}
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		if err := CheckName(field+" name", name, true); err != nil {
+			return err
+		}
+		if strings.ContainsAny(name, "=,") {
+			return &InvalidError{Field: field + " name", Value: name, Problem: "contains = or ,", Valid: "give names without them"}
+		}
+		if v := r[name]; v <= 0 || v > 1<<40 {
+			return &InvalidError{Field: field, Value: name + "=" + strconv.FormatInt(v, 10), Problem: "is out of range",
+				Valid: "give a whole amount from 1 to 2^40"}
+		}
+	}
+	return nil
+}
+
+// ParseResources reads "gpu=1,mem=8". The empty string is no resources.
+func ParseResources(field, s string) (Resources, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := Resources{}
+	for _, part := range strings.Split(s, ",") {
+		name, amount, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, &InvalidError{Field: field, Value: part, Problem: "is not NAME=AMOUNT", Valid: "give e.g. gpu=1,mem=8"}
+		}
+		v, err := strconv.ParseInt(amount, 10, 64)
+		if err != nil {
+			return nil, &InvalidError{Field: field, Value: part, Problem: "has an amount that is not a whole number",
+				Valid: "give e.g. gpu=1,mem=8"}
+		}
+		if _, dup := out[name]; dup {
+			return nil, &InvalidError{Field: field, Value: name, Problem: "is given twice", Valid: "give each name once"}
+		}
+		out[name] = v
+	}
+	if err := CheckResources(field, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// String is "gpu=1,mem=8", names in order.
+func (r Resources) String() string {
+	parts := make([]string, 0, len(r))
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		parts = append(parts, name+"="+strconv.FormatInt(r[name], 10))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Covers reports whether free has at least need of every resource.
+func (r Resources) Covers(need Resources) bool {
+	for name, v := range need {
+		if r[name] < v {
+			return false
+		}
+	}
+	return true
+}
+
+// LimitKeyOf is the key a task's per-key limits count it under: its limit
+// key, or its key when it has none.
+func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
+
+// LimitedClaim is what a holder with limits asks of ClaimLimited, from its
+// in-memory view of what runs: which keys and kinds have room, and how much
+// of each resource is free. A claim never takes more of a key, a kind or a
+// resource than the room named here.
+//
+// The store looks at the first Scan due candidates in claim order
+// (priority, run_at, id), leaving out those of a closed kind or key (room
+// 0), and at the first Scan of those whose key is not busy (KeyRoom.Used
+// below BusyAt), so that the keys waiting behind a long backlog of one
+// busy key are seen too. Over those candidates, in claim order, it takes a candidate when, counting the candidates before it in claim
+// order, its rank within its (kind, limit key) is below the key's room, its
+// rank within its kind below the kind's room, and the running sum of every
+// resource it needs is within Free. Of those, it takes at most Limit,
+// fewest used first (KeyRoom.Used plus rank), then in claim order: a key
+// with many queued tasks does not starve one with few.
+type LimitedClaim struct {
+	Scan  int        // candidates per walk; 0 means 4*Limit, at least 64, at most 10,000
+	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
+	Keys  []KeyRoom  // keys with a room or use of their own
+	// BusyAt is the use from which a key is busy (0 means 1).
+	BusyAt int
+	// Free is what the node has free of each resource; a task needing a
+	// resource not named here is not taken.
+	Free Resources
+}
+
+// KindRoom is how many more tasks of Kind the claim may take (Room, -1
+// unlimited) and how many of one of its keys not named in Keys (KeyRoom,
+// -1 unlimited).
+type KindRoom struct {
+	Kind    string
+	Room    int
+	KeyRoom int
+}
+
+// KeyRoom is the room of one limit key of one kind, and how many of its
+// tasks the node runs (for the fairness order).
+type KeyRoom struct {
+	Kind string
+	Key  string
+	Room int // -1 unlimited, 0 closed
+	Used int
+}
+
+// Busy reports whether a key with used tasks is busy.
+func (lc LimitedClaim) Busy(used int) bool { return used >= max(1, lc.BusyAt) }
+
+// ScanOf is the number of candidates a claim of limit looks at.
+func (lc LimitedClaim) ScanOf(limit int) int {
+	if lc.Scan > 0 {
+		return lc.Scan
+	}
+	return min(max(4*limit, 64), 10_000)
+}
+
+// ActiveUse is what one active task holds, for a holder that rebuilds its
+// counters from the running rows of its buckets.
+type ActiveUse struct {
+	ID        int64
+	Kind      string
+	LimitKey  string // effective: LimitKeyOf
+	Resources Resources
+	Bucket    int
+	Owner     string
+	Epoch     int64
+}
+
+// ShareRequest asks for a holder's share of a fleet-wide kind limit.
+type ShareRequest struct {
+	Limit string // the limit's name
+	Owner string // incarnation
+	Node  string
+	// Running is how many tasks of the kind the owner runs now; the
+	// store reads its queued demand itself.
+	Running int
+	// MaxDemand caps the demand the store publishes for the owner (the
+	// node's concurrency).
+	MaxDemand int
+	Buckets   []int // the owner's held buckets, where its queued demand is
+	TTL       time.Duration
+}
+
+// Share is a holder's grant of a fleet-wide limit: it may run up to Share
+// tasks of the kind until its share row expires (ExpiresAt, database time).
+type Share struct {
+	Limit     string
+	Kind      string
+	N         int // the limit's concurrency
+	Share     int
+	Demand    int
+	ExpiresAt time.Time
+	// Found is false when the limit no longer exists: the kind is
+	// unlimited again.
+	Found bool
+}
+
+// ShareUse is one holder's row of a fleet-wide limit, for `worker limit
+// list`.
+type ShareUse struct {
+	Limit     string
+	Owner     string
+	Node      string
+	Share     int
+	Demand    int
+	ExpiresAt time.Time
+	Alive     bool
+}
+
+// FairShare is the share a holder may aim for given everyone's demand
+// (owner's included, at index me): each live holder gets an equal floor of
+// n, and what holders with less demand than the floor leave idle is split
+// among those with more (water filling). The store then grants at most what
+// the others do not hold.
+func FairShare(n int, demands []int, me int) int {
+	if n <= 0 || me < 0 || me >= len(demands) {
+		return 0
+	}
+	left, want := n, demands[me]
+	rest := slices.Clone(demands)
+	slices.Sort(rest)
+	for i, d := range rest {
+		even := left / (len(rest) - i)
+		if d <= even {
+			left -= d
+			continue
+		}
+		// Everyone from here on wants more than an even split of what is
+		// left: that split is the level, and the owner gets no more.
+		return min(want, even+boolInt(left%(len(rest)-i) > 0))
+	}
+	return want
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// GrantShare decides a share: the fair share, or what the owner already
+// holds when that is more and still its own, but never more than n minus
+// what the others hold, each counted at the larger of its live share and
+// the tasks of the kind it runs in the database (so that a holder whose
+// share lapsed while its tasks still run is counted by its tasks).
+func GrantShare(n, fair, others int) int {
+	return max(0, min(fair, n-others))
+}
+
+// WaitReason is the latest reason why the queued tasks of one limit key
+// wait, written on their rows by the key's holder (SetWaitReasons).
+type WaitReason struct {
+	Kind     string
+	LimitKey string
+	Reason   string // "" clears it
+}
+
+// MaxWaitReasonRows bounds the task rows one SetWaitReasons call writes.
+const MaxWaitReasonRows = 10_000
+
+// LimitView answers a LimitedClaim's questions about one candidate; the
+// stores that decide a limited claim in Go (memory, SQLite) share it, so
+// that they take the same tasks from the same candidates.
+type LimitView struct {
+	lc    LimitedClaim
+	kinds map[string]KindRoom
+	keys  map[kindKey]KeyRoom
+}
+
+type kindKey struct{ kind, key string }
+
+// View indexes lc's rooms.
+func (lc LimitedClaim) View() *LimitView {
+	v := &LimitView{lc: lc, kinds: make(map[string]KindRoom, len(lc.Kinds)), keys: make(map[kindKey]KeyRoom, len(lc.Keys))}
+	for _, kr := range lc.Kinds {
+		v.kinds[kr.Kind] = kr
+	}
+	for _, r := range lc.Keys {
+		v.keys[kindKey{r.Kind, r.Key}] = r
+	}
+	return v
+}
+
+// Room is the room (-1 unlimited) and use of one limit key of a kind.
+func (v *LimitView) Room(kind, key string) (room, used int) {
+	if r, ok := v.keys[kindKey{kind, key}]; ok {
+		return r.Room, r.Used
+	}
+	if kr, ok := v.kinds[kind]; ok {
+		return kr.KeyRoom, 0
+	}
+	return -1, 0
+}
+
+// KindClosed reports whether no task of kind may be taken.
+func (v *LimitView) KindClosed(kind string) bool {
+	kr, ok := v.kinds[kind]
+	return ok && kr.Room == 0
+}
+
+// Closed reports whether t's kind or limit key has no room: it is no
+// candidate at all.
+func (v *LimitView) Closed(t *task.Task) bool {
+	if v.KindClosed(t.Kind) {
+		return true
+	}
+	room, _ := v.Room(t.Kind, LimitKeyOf(t.Key, t.LimitKey))
+	return room == 0
+}
+
+// Fresh reports whether t's limit key is not busy: the candidates of keys
+// that are not busy are looked at even behind a long backlog of busy ones.
+func (v *LimitView) Fresh(t *task.Task) bool {
+	_, used := v.Room(t.Kind, LimitKeyOf(t.Key, t.LimitKey))
+	return !v.lc.Busy(used)
+}
+
+// Pick decides which candidates (in claim order, none closed) a claim of
+// at most limit takes, as LimitedClaim describes, and returns their
+// indexes in claim order.
+func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
+	type pick struct {
+		rank int // used + rank within its key: the fairness order
+		pos  int
+	}
+	var picks []pick
+	keyRank := map[kindKey]int{}
+	kindRank := map[string]int{}
+	sums := map[string]int64{}
+	for i, t := range cands {
+		k := kindKey{t.Kind, LimitKeyOf(t.Key, t.LimitKey)}
+		rk, rkind := keyRank[k], kindRank[t.Kind]
+		keyRank[k]++
+		kindRank[t.Kind]++
+		fits := true
+		for name, need := range t.Resources {
+			sums[name] += need
+			if sums[name] > v.lc.Free[name] {
+				fits = false
+			}
+		}
+		room, used := v.Room(k.kind, k.key)
+		kr, limited := v.kinds[t.Kind]
+		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
+			continue
+		}
+		picks = append(picks, pick{used + rk, i})
+	}
+	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.pos, b.pos)) })
+	if len(picks) > limit {
+		picks = picks[:limit]
+	}
+	out := make([]int, len(picks))
+	for i, p := range picks {
+		out[i] = p.pos
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,443 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// The limits follow the memory store's rules, written in Go over rows read
+// under the write lock (see the package documentation): the limited claim
+// decides with store.LimitView over the candidates it reads, and a share
+// is decided in the writer's transaction, which one write lock serialises
+// with every other TakeShare of the file.
+
+const limitColumns = `name, kind, per, concurrency, rate, period_ms, burst, created_at, updated_at`
+
+func scanLimit(row scanner) (store.Limit, error) {
+	var (
+		l                store.Limit
+		periodMS         int64
+		created, updated sql.NullInt64
+	)
+	if err := row.Scan(&l.Name, &l.Kind, &l.Per, &l.Concurrency, &l.Rate, &periodMS, &l.Burst, &created, &updated); err != nil {
+		return store.Limit{}, err
+	}
+	l.Period = time.Duration(periodMS) * time.Millisecond
+	l.CreatedAt, l.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return l, nil
+}
+
+// UpsertLimit creates or replaces a limit, keeping its creation time.
+func (s *Store) UpsertLimit(ctx context.Context, l store.Limit) (store.Limit, error) {
+	if err := store.CheckLimit(l); err != nil {
+		return store.Limit{}, fmt.Errorf("limit %s: %w", store.Shorten(l.Name, 60), err)
+	}
+	var out store.Limit
+	err := s.write(ctx, func(tx *wtx) error {
+		var err error
+		out, err = scanLimit(tx.queryRow(`INSERT INTO flotilla_limits (`+limitColumns+`)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, per = excluded.per, concurrency = excluded.concurrency,
+    rate = excluded.rate, period_ms = excluded.period_ms, burst = excluded.burst, updated_at = excluded.updated_at
+RETURNING `+limitColumns, l.Name, l.Kind, l.Per, l.Concurrency, l.Rate, l.Period.Milliseconds(), l.Burst,
+			tx.now.UnixMicro(), tx.now.UnixMicro()))
+		return wrapIf(err, "save limit "+store.Shorten(l.Name, 60))
+	})
+	if err != nil {
+		return store.Limit{}, requireSchema(err)
+	}
+	return out, nil
+}
+
+// ListLimits returns every limit by name.
+func (s *Store) ListLimits(ctx context.Context) ([]store.Limit, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+limitColumns+` FROM flotilla_limits ORDER BY name`)
+	if err != nil {
+		return nil, requireSchema(wrap(err, "list limits"))
+	}
+	defer rows.Close()
+	out := []store.Limit{}
+	for rows.Next() {
+		l, err := scanLimit(rows)
+		if err != nil {
+			return nil, wrap(err, "list limits")
+		}
+		out = append(out, l)
+	}
+	return out, wrapIf(rows.Err(), "list limits")
+}
+
+// DeleteLimit removes a limit and its shares.
+func (s *Store) DeleteLimit(ctx context.Context, name string) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec(`DELETE FROM flotilla_limits WHERE name = ?`, name)
+		if err != nil {
+			return wrap(err, "delete limit %s", store.Shorten(name, 60))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return wrap(err, "delete limit %s", store.Shorten(name, 60))
+			}
+			return fmt.Errorf("limit %s: %w", store.Shorten(name, 60), store.ErrNotFound)
+		}
+		_, err = tx.exec(`DELETE FROM flotilla_limit_shares WHERE limit_name = ?`, name)
+		return wrapIf(err, "delete the shares of limit "+store.Shorten(name, 60))
+	})
+	return requireSchema(err)
+}
+
+// limitedWalkSQL reads the due tasks of the held buckets and open kinds in
+// the claim's order, through flotilla_tasks_claim_idx as claimSQL does;
+// ClaimLimited stops reading once it has its candidates.
+const limitedWalkSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks
+WHERE status IN ('queued', 'scheduled', 'retrying')
+  AND (status = 'queued' OR run_at <= ?)
+  AND bucket IN (SELECT value FROM json_each(?))
+  AND kind IN (SELECT value FROM json_each(?))
+ORDER BY priority DESC, run_at, id`
+
+// claimLimitedUpdateSQL is claimUpdateSQL clearing the wait reason: a
+// started task no longer waits.
+const claimLimitedUpdateSQL = `UPDATE flotilla_tasks
+SET status = 'running', status_version = status_version + 1, attempt = attempt + 1, claim_seq = claim_seq + 1,
+    owner = ?, node = ?, epoch = json_extract(?, '$."' || bucket || '"'), lease_expires_at = ?,
+    started_at = ?, updated_at = ?, wait_reason = ''
+WHERE id IN (SELECT value FROM json_each(?))`
+
+// ClaimLimited claims as ClaimTasks does, within the rooms lc names. The
+// candidates are the first Scan due tasks in claim order that no closed
+// kind or key rules out, and the first Scan of those whose key is not
+// busy: one walk in claim order collects both and stops when both are
+// full. With every key busy the walk reads the held buckets' whole queue,
+// as the memory store does.
+func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
+	if req.Owner == "" {
+		return nil, fmt.Errorf("%w: a claim needs the owner's incarnation", store.ErrInvalid)
+	}
+	if req.LeaseTTL <= 0 {
+		return nil, fmt.Errorf("%w: task lease TTL %v is not positive", store.ErrInvalid, req.LeaseTTL)
+	}
+	claimed := []*task.Task{}
+	view := lc.View()
+	kinds := make([]string, 0, len(req.Kinds))
+	for _, k := range req.Kinds {
+		if !view.KindClosed(k) {
+			kinds = append(kinds, k)
+		}
+	}
+	if req.Limit <= 0 || len(kinds) == 0 || len(req.Buckets) == 0 {
+		return claimed, s.checkOpen()
+	}
+	err := s.write(ctx, func(tx *wtx) error {
+		epochs, live, err := liveEpochs(tx, req)
+		if err != nil || len(live) == 0 {
+			return err
+		}
+		cands, err := limitedCandidates(tx, view, lc.ScanOf(req.Limit), live, kinds)
+		if err != nil {
+			return err
+		}
+		picks := view.Pick(cands, req.Limit)
+		picked := make([]*task.Task, len(picks))
+		for i, p := range picks {
+			picked[i] = cands[p]
+			picked[i].WaitReason = ""
+		}
+		if err := startPicked(tx, req, epochs, picked, claimLimitedUpdateSQL); err != nil {
+			return err
+		}
+		claimed = append(claimed[:0], picked...)
+		return nil
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	return claimed, nil
+}
+
+// limitedCandidates walks the due tasks in claim order and returns, in
+// that order, the first scan that are not closed together with the first
+// scan of those that are fresh (store.LimitView.Fresh).
+func limitedCandidates(tx *wtx, view *store.LimitView, scan int, live []int, kinds []string) ([]*task.Task, error) {
+	rows, err := tx.query(limitedWalkSQL, tx.now.UnixMicro(), intsJSON(live), stringsJSON(kinds))
+	if err != nil {
+		return nil, wrap(err, "limited claim")
+	}
+	defer rows.Close()
+	var (
+		out          []*task.Task
+		first, fresh int
+	)
+	for (first < scan || fresh < scan) && rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, wrap(err, "limited claim")
+		}
+		if view.Closed(t) {
+			continue
+		}
+		in := false
+		if first < scan {
+			first++
+			in = true
+		}
+		if fresh < scan && view.Fresh(t) {
+			fresh++
+			in = true
+		}
+		if in {
+			out = append(out, t)
+		}
+	}
+	return out, wrapIf(rows.Err(), "limited claim")
+}
+
+// ActiveUse lists the active tasks of the buckets, by id.
+func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	out := []store.ActiveUse{}
+	if len(buckets) == 0 {
+		return out, nil
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, kind, key, limit_key, resources, bucket, owner, epoch
+FROM flotilla_tasks
+WHERE status IN ('running', 'stopping', 'pausing') AND bucket IN (SELECT value FROM json_each(?))
+ORDER BY id`, intsJSON(buckets))
+	if err != nil {
+		return nil, requireSchema(wrap(err, "active use"))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			u          store.ActiveUse
+			key, lk    string
+			res, owner sql.NullString
+		)
+		if err := rows.Scan(&u.ID, &u.Kind, &key, &lk, &res, &u.Bucket, &owner, &u.Epoch); err != nil {
+			return nil, wrap(err, "active use")
+		}
+		if u.Resources, err = resourcesOf(res); err != nil {
+			return nil, fmt.Errorf("active use: task %d: %w", u.ID, err)
+		}
+		u.LimitKey, u.Owner = store.LimitKeyOf(key, lk), owner.String
+		out = append(out, u)
+	}
+	return out, wrapIf(rows.Err(), "active use")
+}
+
+// TakeShare renews the owner's share of a fleet-wide limit in the writer's
+// transaction: the file's write lock stands for the lock on the limit's
+// row that every TakeShare takes on PostgreSQL.
+func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Share, error) {
+	if req.Owner == "" || req.TTL <= 0 {
+		return store.Share{}, fmt.Errorf("%w: a share needs an owner and a positive TTL (got %q, %v)", store.ErrInvalid, req.Owner, req.TTL)
+	}
+	var out store.Share
+	err := s.write(ctx, func(tx *wtx) error {
+		out = store.Share{Limit: req.Limit}
+		l, err := scanLimit(tx.queryRow(`SELECT `+limitColumns+` FROM flotilla_limits WHERE name = ?`, req.Limit))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return wrap(err, "read limit %s", store.Shorten(req.Limit, 60))
+		}
+		if l.Per != store.PerFleet || l.Concurrency == 0 {
+			return nil
+		}
+		g, err := readShareInputs(tx, l, req)
+		if err != nil {
+			return err
+		}
+		demand := min(req.Running+g.queued, l.Concurrency, max(req.MaxDemand, req.Running))
+		demands := append([]int{demand}, g.demands...)
+		grant := store.GrantShare(l.Concurrency, store.FairShare(l.Concurrency, demands, 0), g.others)
+		expires := dbTime(tx.now.Add(req.TTL))
+		if _, err := tx.exec(`INSERT INTO flotilla_limit_shares (limit_name, owner, node, share, demand, expires_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (limit_name, owner) DO UPDATE SET node = excluded.node, share = excluded.share,
+    demand = excluded.demand, expires_at = excluded.expires_at`,
+			l.Name, req.Owner, req.Node, grant, demand, expires.UnixMicro()); err != nil {
+			return wrap(err, "write the share of limit %s", store.Shorten(l.Name, 60))
+		}
+		out = store.Share{Limit: l.Name, Kind: l.Kind, N: l.Concurrency, Share: grant, Demand: demand,
+			ExpiresAt: expires, Found: true}
+		return nil
+	})
+	if err != nil {
+		return store.Share{}, requireSchema(err)
+	}
+	return out, nil
+}
+
+// shareInputs is what a share is decided from: the owner's queued demand,
+// the live demands of the others, and what the others hold (each at the
+// larger of its live share and the tasks of the kind it runs; a lapsed
+// holder, or one without a share row, by its tasks alone).
+type shareInputs struct {
+	queued  int
+	demands []int
+	others  int
+}
+
+func readShareInputs(tx *wtx, l store.Limit, req store.ShareRequest) (shareInputs, error) {
+	var g shareInputs
+	held := req.Buckets
+	if held == nil {
+		held = []int{}
+	}
+	if err := tx.queryRow(`SELECT count(*) FROM flotilla_tasks
+WHERE kind = ? AND bucket IN (SELECT value FROM json_each(?))
+  AND status IN ('queued', 'scheduled', 'retrying') AND (status = 'queued' OR run_at <= ?)`,
+		l.Kind, intsJSON(held), tx.now.UnixMicro()).Scan(&g.queued); err != nil {
+		return g, wrap(err, "read the demand for limit %s", store.Shorten(l.Name, 60))
+	}
+	running := map[string]int{}
+	rows, err := tx.query(`SELECT coalesce(owner, ''), count(*) FROM flotilla_tasks
+WHERE kind = ? AND status IN ('running', 'stopping', 'pausing') AND coalesce(owner, '') <> ?
+GROUP BY 1`, l.Kind, req.Owner)
+	if err != nil {
+		return g, wrap(err, "read the running tasks of kind %s", store.Shorten(l.Kind, 60))
+	}
+	for rows.Next() {
+		var (
+			owner string
+			n     int
+		)
+		if err := rows.Scan(&owner, &n); err != nil {
+			rows.Close()
+			return g, wrap(err, "read the running tasks of kind %s", store.Shorten(l.Kind, 60))
+		}
+		running[owner] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return g, wrap(err, "read the running tasks of kind %s", store.Shorten(l.Kind, 60))
+	}
+	rows, err = tx.query(`SELECT owner, share, demand, expires_at FROM flotilla_limit_shares
+WHERE limit_name = ? AND owner <> ?`, l.Name, req.Owner)
+	if err != nil {
+		return g, wrap(err, "read the shares of limit %s", store.Shorten(l.Name, 60))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			owner         string
+			share, demand int
+			expires       int64
+		)
+		if err := rows.Scan(&owner, &share, &demand, &expires); err != nil {
+			return g, wrap(err, "read the shares of limit %s", store.Shorten(l.Name, 60))
+		}
+		if tx.now.Before(time.UnixMicro(expires)) {
+			g.demands = append(g.demands, demand)
+			g.others += max(share, running[owner])
+		} else {
+			g.others += running[owner]
+		}
+		delete(running, owner)
+	}
+	if err := rows.Err(); err != nil {
+		return g, wrap(err, "read the shares of limit %s", store.Shorten(l.Name, 60))
+	}
+	for _, n := range running { // owners without a share row
+		g.others += n
+	}
+	return g, nil
+}
+
+// ListShares returns every share row.
+func (s *Store) ListShares(ctx context.Context) ([]store.ShareUse, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT limit_name, owner, node, share, demand, expires_at,
+    expires_at > `+nowSQL+`
+FROM flotilla_limit_shares ORDER BY limit_name, node, owner`)
+	if err != nil {
+		return nil, requireSchema(wrap(err, "list limit shares"))
+	}
+	defer rows.Close()
+	out := []store.ShareUse{}
+	for rows.Next() {
+		var (
+			u       store.ShareUse
+			expires sql.NullInt64
+		)
+		if err := rows.Scan(&u.Limit, &u.Owner, &u.Node, &u.Share, &u.Demand, &expires, &u.Alive); err != nil {
+			return nil, wrap(err, "list limit shares")
+		}
+		u.ExpiresAt = fromMicros(expires)
+		out = append(out, u)
+	}
+	return out, wrapIf(rows.Err(), "list limit shares")
+}
+
+// setWaitReasonsSQL writes reasons (a JSON array of [kind, limit key,
+// reason]) on the waiting rows of the named keys in the live buckets
+// (a JSON array), skipping rows that carry the reason already, at most
+// MaxWaitReasonRows rows, by id.
+const setWaitReasonsSQL = `WITH r(kind, lk, reason) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?)
+), todo(id, reason) AS (
+    SELECT t.id, r.reason
+    FROM flotilla_tasks t
+    JOIN r ON r.kind = t.kind AND r.lk = (CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END)
+    WHERE t.status IN ('queued', 'scheduled', 'retrying') AND (t.status = 'queued' OR t.run_at <= ?)
+      AND t.bucket IN (SELECT value FROM json_each(?))
+      AND t.wait_reason <> r.reason
+    ORDER BY t.id
+    LIMIT ?
+)
+UPDATE flotilla_tasks SET wait_reason = (SELECT reason FROM todo WHERE todo.id = flotilla_tasks.id)
+WHERE id IN (SELECT id FROM todo)`
+
+// SetWaitReasons writes reasons on the waiting tasks of the keys named.
+func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []store.HeldBucket, reasons []store.WaitReason) (int, error) {
+	if len(reasons) == 0 || len(buckets) == 0 {
+		return 0, s.checkOpen()
+	}
+	// One reason per key, the last given, as the memory store keeps it.
+	type kk struct{ kind, key string }
+	last := map[kk]int{}
+	for i, r := range reasons {
+		last[kk{r.Kind, r.LimitKey}] = i
+	}
+	triples := make([][3]string, 0, len(last))
+	for i, r := range reasons {
+		if last[kk{r.Kind, r.LimitKey}] == i {
+			triples = append(triples, [3]string{r.Kind, r.LimitKey, r.Reason})
+		}
+	}
+	reasonsJSON, _ := json.Marshal(triples)
+	var n int64
+	err := s.write(ctx, func(tx *wtx) error {
+		_, live, err := liveEpochs(tx, store.ClaimRequest{Owner: owner, Buckets: buckets})
+		if err != nil || len(live) == 0 {
+			n = 0
+			return err
+		}
+		res, err := tx.exec(setWaitReasonsSQL, string(reasonsJSON), tx.now.UnixMicro(), intsJSON(live), store.MaxWaitReasonRows)
+		if err != nil {
+			return wrap(err, "write wait reasons")
+		}
+		n, err = res.RowsAffected()
+		return wrapIf(err, "write wait reasons")
+	})
+	if err != nil {
+		return 0, requireSchema(err)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,366 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+func (b *testBundle) claimLimited(owner string, held []store.HeldBucket, limit int, lc store.LimitedClaim, kinds ...string) []*task.Task {
+	b.t.Helper()
+	if len(kinds) == 0 {
+		kinds = []string{"noop"}
+	}
+	got, err := b.s.ClaimLimited(b.ctx, store.ClaimRequest{
+		Owner: owner, Node: nodeOf(owner), Buckets: held, Kinds: kinds, Limit: limit, LeaseTTL: leaseTTL,
+	}, lc)
+	if err != nil {
+		b.t.Fatalf("ClaimLimited: %v", err)
+	}
+	return got
+}
+
+// countByKey counts claimed tasks by their effective limit key.
+func countByKey(ts []*task.Task) map[string]int {
+	out := map[string]int{}
+	for _, t := range ts {
+		out[store.LimitKeyOf(t.Key, t.LimitKey)]++
+	}
+	return out
+}
+
+func testLimits(t *testing.T, h Harness) {
+	t.Run("SetListReplaceDelete", func(t *testing.T) {
+		b := setup(t, h)
+		api, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if api.CreatedAt.IsZero() || api.Concurrency != 2 {
+			t.Errorf("saved %+v", api)
+		}
+		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "mail", Kind: "send", Per: store.PerKey, Rate: 10,
+			Period: time.Second, Burst: 5}); err != nil {
+			t.Fatal(err)
+		}
+		// A replacement changes the rule, keeps the creation time.
+		again, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "api", Kind: "fetch", Per: store.PerFleet, Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !again.CreatedAt.Equal(api.CreatedAt) || again.Per != store.PerFleet || again.Concurrency != 4 {
+			t.Errorf("replaced %+v, first %+v", again, api)
+		}
+		all, err := b.s.ListLimits(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) != 2 || all[0].Name != "api" || all[1].Name != "mail" || all[1].Rate != 10 ||
+			all[1].Period != time.Second || all[1].Burst != 5 {
+			t.Errorf("listed %+v", all)
+		}
+		if err := b.s.DeleteLimit(b.ctx, "api"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.s.DeleteLimit(b.ctx, "api"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("deleting twice: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("RefusesBadLimits", func(t *testing.T) {
+		b := setup(t, h)
+		for _, l := range []store.Limit{
+			{Name: "", Kind: "k", Per: store.PerKey, Concurrency: 1},
+			{Name: "x", Kind: "k", Per: "tenant", Concurrency: 1},
+			{Name: "x", Kind: "k", Per: store.PerKey},
+			{Name: "x", Kind: "k", Per: store.PerKey, Concurrency: 1, Rate: 1, Period: time.Second},
+			{Name: "x", Kind: "k", Per: store.PerFleet, Rate: 1, Period: time.Second},
+			{Name: "x", Kind: "k", Per: store.PerKey, Rate: 1},
+			{Name: "x", Kind: "k", Per: store.PerKey, Concurrency: -1},
+		} {
+			var inv *store.InvalidError
+			if _, err := b.s.UpsertLimit(b.ctx, l); !errors.As(err, &inv) || !errors.Is(err, store.ErrInvalid) {
+				t.Errorf("%+v: %v, want an *InvalidError", l, err)
+			}
+		}
+		if all, _ := b.s.ListLimits(b.ctx); len(all) != 0 {
+			t.Errorf("a refused limit was saved: %+v", all)
+		}
+	})
+
+	t.Run("TasksKeepLimitKeyAndResources", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(store.NewTask{Key: "order-1", LimitKey: "tenant-7", Bucket: 2,
+			Resources: store.Resources{"gpu": 1, "mem": 8}})[0]
+		if created.LimitKey != "tenant-7" || created.Resources["gpu"] != 1 {
+			t.Errorf("created %+v", created)
+		}
+		got := b.get(created.ID)
+		if got.LimitKey != "tenant-7" || len(got.Resources) != 2 || got.Resources["mem"] != 8 {
+			t.Errorf("read back limit key %q, resources %v", got.LimitKey, got.Resources)
+		}
+		// The bulk path keeps them too.
+		many := make([]store.NewTask, 150)
+		for i := range many {
+			many[i] = store.NewTask{Kind: "noop", Key: "k", LimitKey: fmt.Sprintf("t%d", i%3), Bucket: 1,
+				Resources: store.Resources{"gpu": int64(1 + i%2)}}
+		}
+		out := b.create(many...)
+		if g := b.get(out[149].ID); g.LimitKey != "t2" || g.Resources["gpu"] != 2 {
+			t.Errorf("bulk task read back with %q %v", g.LimitKey, g.Resources)
+		}
+		listed, err := b.s.ListTasks(b.ctx, store.TaskFilter{Limit: 1})
+		if err != nil || len(listed) != 1 || listed[0].LimitKey != "t2" {
+			t.Errorf("listed %v %v", listed, err)
+		}
+	})
+
+	t.Run("ClaimKeepsToEachKeysRoom", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for i := range 4 {
+			nts = append(nts, store.NewTask{Key: fmt.Sprintf("a%d", i), LimitKey: "a", Bucket: 1})
+		}
+		for i := range 3 {
+			nts = append(nts, store.NewTask{Key: "b", Bucket: 1, Priority: -i})
+		}
+		nts = append(nts, store.NewTask{Key: "c", Bucket: 1})
+		b.create(nts...)
+		held := b.hold("a", 1)
+		got := b.claimLimited("a", held, 10, store.LimitedClaim{
+			Kinds: []store.KindRoom{{Kind: "noop", Room: -1, KeyRoom: 2}},
+			Keys:  []store.KeyRoom{{Kind: "noop", Key: "a", Room: 1, Used: 1}, {Kind: "noop", Key: "c", Room: 0}},
+		})
+		if n := countByKey(got); n["a"] != 1 || n["b"] != 2 || n["c"] != 0 || len(got) != 3 {
+			t.Errorf("claimed by key %v, want a:1 b:2 (the default key room) c:0 (closed)", n)
+		}
+		for _, c := range got {
+			if c.Status != task.Running || c.Owner != "a" {
+				t.Errorf("claimed %+v", c)
+			}
+		}
+		// A claim of the same rooms again takes what is left of them.
+		again := b.claimLimited("a", held, 10, store.LimitedClaim{
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "a", Room: 0}, {Kind: "noop", Key: "c", Room: 0}},
+		})
+		if n := countByKey(again); n["b"] != 1 || len(again) != 1 {
+			t.Errorf("second claim by key %v, want b:1", n)
+		}
+	})
+
+	t.Run("ClaimKeepsToTheKindsRoom", func(t *testing.T) {
+		b := setup(t, h)
+		for i := range 5 {
+			b.create(store.NewTask{Kind: "train", Key: fmt.Sprint(i), Bucket: 2}, store.NewTask{Key: fmt.Sprint(i), Bucket: 2})
+		}
+		held := b.hold("a", 2)
+		got := b.claimLimited("a", held, 100, store.LimitedClaim{
+			Kinds: []store.KindRoom{{Kind: "train", Room: 2, KeyRoom: -1}},
+		}, "train", "noop")
+		kinds := map[string]int{}
+		for _, c := range got {
+			kinds[c.Kind]++
+		}
+		if kinds["train"] != 2 || kinds["noop"] != 5 {
+			t.Errorf("claimed %v, want train:2 noop:5", kinds)
+		}
+		if got := b.claimLimited("a", held, 100, store.LimitedClaim{
+			Kinds: []store.KindRoom{{Kind: "train", Room: 0, KeyRoom: -1}},
+		}, "train"); len(got) != 0 {
+			t.Errorf("a closed kind gave %v", ids(got))
+		}
+	})
+
+	t.Run("ClaimKeepsToFreeResources", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "g1", Bucket: 3, Resources: store.Resources{"gpu": 1}},
+			store.NewTask{Key: "g2", Bucket: 3, Resources: store.Resources{"gpu": 1}},
+			store.NewTask{Key: "t", Bucket: 3, Resources: store.Resources{"tpu": 1}},
+			store.NewTask{Key: "plain", Bucket: 3},
+		)
+		held := b.hold("a", 3)
+		got := b.claimLimited("a", held, 10, store.LimitedClaim{Free: store.Resources{"gpu": 1, "mem": 4}})
+		if !slices.Equal(ids(got), []int64{created[0].ID, created[3].ID}) {
+			t.Errorf("claimed %v, want the first gpu task and the plain one (gpu=1 free, no tpu)", ids(got))
+		}
+		if got := b.claimLimited("a", held, 10, store.LimitedClaim{Free: store.Resources{"gpu": 0}}); len(got) != 0 {
+			t.Errorf("no gpu free, claimed %v", ids(got))
+		}
+	})
+
+	t.Run("ClaimServesTheLeastUsedKeysFirst", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for range 6 {
+			nts = append(nts, store.NewTask{Key: "big", Bucket: 4})
+		}
+		nts = append(nts, store.NewTask{Key: "small1", Bucket: 4}, store.NewTask{Key: "small2", Bucket: 4})
+		b.create(nts...)
+		held := b.hold("a", 4)
+		got := b.claimLimited("a", held, 2, store.LimitedClaim{
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "big", Room: -1, Used: 5}},
+		})
+		if n := countByKey(got); n["small1"] != 1 || n["small2"] != 1 {
+			t.Errorf("claimed %v: the keys with nothing running come before the key with 5", n)
+		}
+	})
+
+	t.Run("ClaimIsFencedLikeClaimTasks", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "k", Bucket: 5})
+		held := b.hold("a", 5)
+		if got := b.claimLimited("b", held, 10, store.LimitedClaim{}); len(got) != 0 {
+			t.Errorf("another owner claimed %v", ids(got))
+		}
+		h.ExpireBucketLease(t, b.s, 5)
+		if got := b.claimLimited("a", held, 10, store.LimitedClaim{}); len(got) != 0 {
+			t.Errorf("an expired lease claimed %v", ids(got))
+		}
+	})
+
+	t.Run("ActiveUseListsEveryActiveTaskOfTheBuckets", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "x", LimitKey: "tenant", Bucket: 1, Resources: store.Resources{"gpu": 2}},
+			store.NewTask{Key: "y", Bucket: 2}, store.NewTask{Key: "z", Bucket: 1})
+		heldA := b.hold("a", 1)
+		b.claimLimited("a", heldA, 1, store.LimitedClaim{Free: store.Resources{"gpu": 2}})
+		heldB := b.hold("b", 2)
+		b.claim("b", heldB, 10)
+		use, err := b.s.ActiveUse(b.ctx, []int{1, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(use) != 2 || use[0].LimitKey != "tenant" || use[0].Resources["gpu"] != 2 || use[0].Owner != "a" ||
+			use[0].Epoch != heldA[0].Epoch || use[1].LimitKey != "y" || use[1].Owner != "b" {
+			t.Errorf("active use %+v", use)
+		}
+		if use, _ := b.s.ActiveUse(b.ctx, []int{3}); len(use) != 0 {
+			t.Errorf("bucket 3 has %+v", use)
+		}
+	})
+
+	t.Run("SharesNeverSumPastTheLimit", func(t *testing.T) {
+		b := setup(t, h)
+		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			b.create(store.NewTask{Kind: "train", Key: fmt.Sprint(i), Bucket: 1}, store.NewTask{Kind: "train", Key: fmt.Sprint(i), Bucket: 2})
+		}
+		b.hold("a", 1)
+		b.hold("b", 2)
+		ttl := leaseTTL
+		take := func(owner string, running int, buckets ...int) store.Share {
+			t.Helper()
+			sh, err := b.s.TakeShare(b.ctx, store.ShareRequest{Limit: "train", Owner: owner, Node: nodeOf(owner),
+				Running: running, MaxDemand: 100, Buckets: buckets, TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sh
+		}
+		a := take("a", 0, 1)
+		if !a.Found || a.N != 4 || a.Share != 4 || a.Demand != 4 {
+			t.Errorf("the first holder, alone: %+v, want all 4", a)
+		}
+		// b wants as much, but a holds it all until a gives some back.
+		if bs := take("b", 0, 2); bs.Share != 0 || bs.Demand != 4 {
+			t.Errorf("b beside a's 4: %+v, want 0", bs)
+		}
+		// a renews: with b's demand published, its fair share is 2.
+		if a := take("a", 0, 1); a.Share != 2 {
+			t.Errorf("a again beside b: %+v, want 2", a)
+		}
+		if bs := take("b", 0, 2); bs.Share != 2 {
+			t.Errorf("b after a gave back: %+v, want 2", bs)
+		}
+		// a's share lapses while two of its tasks still run: they still
+		// count, so a newcomer gets only what is left.
+		heldA := []store.HeldBucket{{Bucket: 1, Epoch: b.hold("a", 1)[0].Epoch}}
+		if got := b.claim("a", heldA, 2, "train"); len(got) != 2 {
+			t.Fatalf("a claimed %v", ids(got))
+		}
+		ttl = time.Microsecond
+		take("a", 2, 1)
+		ttl = leaseTTL
+		eventually(t, 10*time.Second, "a's share lapses", func() bool {
+			shares, err := b.s.ListShares(b.ctx)
+			return err == nil && len(shares) == 2 && shares[0].Owner == "a" && !shares[0].Alive
+		})
+		if sh := take("c", 0, 3); sh.Share != 0 {
+			t.Errorf("c beside a's 2 and b's 2: %+v, want 0", sh)
+		}
+		if err := b.s.DeleteLimit(b.ctx, "train"); err != nil {
+			t.Fatal(err)
+		}
+		// The shares go with the limit: none is listed, and none counts
+		// against a limit of the same name declared again.
+		if shares, err := b.s.ListShares(b.ctx); err != nil || len(shares) != 0 {
+			t.Errorf("shares after the limit was deleted: %+v, %v", shares, err)
+		}
+		if sh := take("a", 2, 1); sh.Found {
+			t.Errorf("a share of a deleted limit: %+v", sh)
+		}
+	})
+
+	t.Run("WaitReasonsAreWrittenOnceAndClearedByTheClaim", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(store.NewTask{Key: "x", LimitKey: "tenant-7", Bucket: 6}, store.NewTask{Key: "tenant-7", Bucket: 6},
+			store.NewTask{Key: "other", Bucket: 6})
+		held := b.hold("a", 6)
+		reasons := []store.WaitReason{{Kind: "noop", LimitKey: "tenant-7", Reason: "concurrency limit api: tenant-7 at 2/2"}}
+		n, err := b.s.SetWaitReasons(b.ctx, "a", held, reasons)
+		if err != nil || n != 2 {
+			t.Fatalf("SetWaitReasons: %d rows, %v; want 2", n, err)
+		}
+		if n, _ := b.s.SetWaitReasons(b.ctx, "a", held, reasons); n != 0 {
+			t.Errorf("the same reasons again wrote %d rows", n)
+		}
+		if n, _ := b.s.SetWaitReasons(b.ctx, "b", held, reasons); n != 0 {
+			t.Errorf("a node that does not hold the bucket wrote %d rows", n)
+		}
+		if got := b.get(created[0].ID); got.WaitReason != reasons[0].Reason {
+			t.Errorf("wait reason %q", got.WaitReason)
+		}
+		if got := b.get(created[2].ID); got.WaitReason != "" {
+			t.Errorf("another key's task has reason %q", got.WaitReason)
+		}
+		events, _ := b.s.TaskEvents(b.ctx, created[0].ID)
+		if len(events) != 1 {
+			t.Errorf("a wait reason added events: %+v", events)
+		}
+		claimed := b.claimLimited("a", held, 10, store.LimitedClaim{})
+		if len(claimed) != 3 || claimed[0].WaitReason != "" || b.get(created[0].ID).WaitReason != "" {
+			t.Errorf("the claim left the reason: %+v", claimed)
+		}
+	})
+}
+
+func testLimitsFresh(t *testing.T, h Harness) {
+	t.Run("ClaimSeesKeysBehindABusyKeysBacklog", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for range 20 {
+			nts = append(nts, store.NewTask{Key: "big", Bucket: 4})
+		}
+		nts = append(nts, store.NewTask{Key: "small", Bucket: 4})
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// One slot free, the big key busy: its backlog fills the first
+		// candidates (a scan of 5), but the key with nothing running comes
+		// first.
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{
+			Scan: 5,
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "big", Room: -1, Used: 3}},
+		})
+		if n := countByKey(got); n["small"] != 1 || len(got) != 1 {
+			t.Errorf("claimed %v, want the small key's task", n)
+		}
+	})
+}
