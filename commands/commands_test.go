@@ -214,3 +214,32 @@ func TestAPureClientNeverConsumesCommands(t *testing.T) {
 		t.Errorf("a pure client called PendingCommands %d times", n)
 	}
 }
+
+// A task paused while it waited for its delay keeps waiting for the time
+// that was left when it is resumed; one whose time has come is queued.
+func TestResumeOfADelayedTaskKeepsItsDelay(t *testing.T) {
+	b := setup(t)
+	delayed := b.inState(t, task.Scheduled) // due in an hour
+	if res, err := commands.Pause(b.ctx, b.s, delayed.ID, "", "ops"); err != nil || res.Status != task.Paused {
+		t.Fatalf("pause of a delayed task: %+v %v", res, err)
+	}
+	res, err := commands.Resume(b.ctx, b.s, delayed.ID, "", "ops")
+	if err != nil || res.Status != task.Scheduled {
+		t.Fatalf("resume of a delayed task: %+v %v, want scheduled", res, err)
+	}
+	got, err := b.s.GetTask(b.ctx, delayed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.RunAt.Sub(delayed.RunAt); d < -time.Second || d > time.Second {
+		t.Errorf("resumed task runs at %v, want about %v, when its delay ends", got.RunAt, delayed.RunAt)
+	}
+
+	due := b.inState(t, task.Queued)
+	if _, err := commands.Pause(b.ctx, b.s, due.ID, "", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := commands.Resume(b.ctx, b.s, due.ID, "", "ops"); err != nil || res.Status != task.Queued {
+		t.Errorf("resume of a task that was due: %+v %v, want queued", res, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -76,10 +77,20 @@ func Pause(ctx context.Context, s store.Store, id int64, reason, issuedBy string
 
 // Resume queues a paused task again; its next attempt sees the progress it
 // saved. It involves no node.
+//
+// A task paused while it waited for its run_at (a delay, a retry's backoff)
+// keeps waiting for it: it is scheduled again for the time that is left.
 func Resume(ctx context.Context, s store.Store, id int64, reason, issuedBy string) (Result, error) {
 	return decide(ctx, s, id, store.CommandResume, reason, issuedBy, func(t *task.Task) (action, error) {
 		switch {
 		case t.Status == task.Paused:
+			now, err := s.Now(ctx)
+			if err != nil {
+				return done, fmt.Errorf("resume task %d: reading the database clock: %w", t.ID, err)
+			}
+			if left := t.RunAt.Sub(now); left > 0 {
+				return action{to: task.Scheduled, delay: left}, nil
+			}
 			return moveTo(task.Queued), nil
 		case t.Status.Terminal():
 			return done, &TooLateError{ID: t.ID, Status: t.Status}
@@ -95,6 +106,7 @@ func Resume(ctx context.Context, s store.Store, id int64, reason, issuedBy strin
 type action struct {
 	issue bool
 	to    task.Status
+	delay time.Duration // from the database's now, for a move to scheduled
 }
 
 var (
@@ -138,7 +150,7 @@ func decide(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy
 			return res, nil
 		}
 		moved, err := s.Transition(ctx, store.Transition{
-			ID: id, Version: t.StatusVersion, To: act.to, Reason: requested(kind, reason, issuedBy),
+			ID: id, Version: t.StatusVersion, To: act.to, Reason: requested(kind, reason, issuedBy), Delay: act.delay,
 		})
 		switch {
 		case err == nil:

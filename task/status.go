@@ -44,7 +44,9 @@ var transitions = map[Status][]Status{
 	// is pending wins over the pause, and over a retry or a loss found by
 	// reconcile, exactly as it does from running.
 	Pausing:  {Paused, Succeeded, Failed, TimedOut, Retrying, Lost, Stopping, Stopped},
-	Paused:   {Queued, Cancelled},
+	// A resumed task whose run_at is still ahead (it was paused while it
+	// waited for its delay or its retry's backoff) is scheduled, not queued.
+	Paused:   {Queued, Scheduled, Cancelled},
 	Retrying: {Running, Paused, Cancelled},
 }
 

@@ -19,7 +19,7 @@ var expected = map[Status]string{
 	Running:   "succeeded failed timed_out retrying stopping pausing stopped lost queued paused",
 	Stopping:  "stopped succeeded",
 	Pausing:   "paused succeeded failed timed_out retrying lost stopping stopped",
-	Paused:    "queued cancelled",
+	Paused:    "queued scheduled cancelled",
 	Retrying:  "running paused cancelled",
 }
 

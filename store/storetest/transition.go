@@ -58,6 +58,31 @@ func testTransition(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("AResumeCanWaitForTheRestOfADelay", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(store.NewTask{Key: "k", Bucket: 1, Delay: time.Hour})[0]
+		paused, err := b.s.Transition(b.ctx, store.Transition{ID: created.ID, Version: 1, To: task.Paused})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !paused.RunAt.Equal(created.RunAt) {
+			t.Errorf("pause moved run_at from %v to %v", created.RunAt, paused.RunAt)
+		}
+		now, _ := b.s.Now(b.ctx)
+		left := created.RunAt.Sub(now)
+		resumed, err := b.s.Transition(b.ctx, store.Transition{ID: created.ID, Version: paused.StatusVersion,
+			To: task.Scheduled, Delay: left})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resumed.Status != task.Scheduled || resumed.RunAt.Before(created.RunAt.Add(-time.Minute)) {
+			t.Errorf("resumed to %s at %v, want scheduled at about %v", resumed.Status, resumed.RunAt, created.RunAt)
+		}
+		if got := b.claim("a", b.hold("a", 1), 10); len(got) != 0 {
+			t.Errorf("a task resumed to wait for its delay was claimed: %v", ids(got))
+		}
+	})
+
 	t.Run("ResumeQueuesNowRetryWaitsForItsDelay", func(t *testing.T) {
 		b := setup(t, h)
 		created := b.create(store.NewTask{Key: "k", Bucket: 1, Delay: time.Hour})[0]
