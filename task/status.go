@@ -43,7 +43,7 @@ var transitions = map[Status][]Status{
 	// Pausing may end stopped as well: a stop that arrives while a pause
 	// is pending wins over the pause, and over a retry or a loss found by
 	// reconcile, exactly as it does from running.
-	Pausing:  {Paused, Succeeded, Failed, TimedOut, Retrying, Lost, Stopping, Stopped},
+	Pausing: {Paused, Succeeded, Failed, TimedOut, Retrying, Lost, Stopping, Stopped},
 	// A resumed task whose run_at is still ahead (it was paused while it
 	// waited for its delay or its retry's backoff) is scheduled, not queued.
 	Paused:   {Queued, Scheduled, Cancelled},
