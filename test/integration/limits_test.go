@@ -42,7 +42,7 @@ func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
 	began := time.Now()
 	reqs := make([]flotilla.TaskRequest, tasks)
 	for i := range reqs {
-		work := 50*time.Millisecond + rand.N(100*time.Millisecond)
+		work := 200*time.Millisecond + rand.N(200*time.Millisecond)
 		payload, _ := json.Marshal(map[string]string{"duration": work.String()})
 		reqs[i] = flotilla.TaskRequest{Kind: "probe", Key: fmt.Sprintf("lim-%d", i), LimitKey: fmt.Sprintf("tenant-%d", i%keys),
 			Payload: payload, MaxAttempts: probeMaxAttempts}
@@ -54,10 +54,17 @@ func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
 	for _, tk := range created {
 		r.submitted = append(r.submitted, tk.ID)
 	}
-	// The first kill comes while every node runs its keys' first tasks.
+	// Each kill hits a node that is running tasks, so that some of them
+	// must be rescued and the limit must hold through the rescue.
 	var recoveries []time.Duration
 	for range 2 {
-		recoveries = append(recoveries, r.killAndRestart(threeNodes, failoverWithin))
+		s := r.busyNode(ctx, threeNodes)
+		killed := r.kill9(s.id)
+		r.waitUntilGone(s.id)
+		r.start(s)
+		r.waitUntilHeld(s.id, mustSet(t, s.buckets), failoverWithin)
+		r.fault(killed, time.Now())
+		recoveries = append(recoveries, time.Since(killed))
 	}
 	r.waitUntilSettled(tasks, settleWithin)
 	fig := r.verify()
@@ -144,4 +151,28 @@ FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id`)
 		}
 	}
 	return peak, over
+}
+
+// busyNode waits until one of nodes runs a task, by the database, and
+// returns it.
+func (r *rig) busyNode(ctx context.Context, nodes []nodeSpec) nodeSpec {
+	r.t.Helper()
+	var busy nodeSpec
+	eventually(r.t, failoverWithin, "a node runs a task", func() bool {
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+		var id string
+		err := r.pool.QueryRow(qctx, `SELECT node FROM flotilla_tasks WHERE status = 'running' LIMIT 1`).Scan(&id)
+		if err != nil {
+			return false
+		}
+		for _, s := range nodes {
+			if s.id == id {
+				busy = s
+				return true
+			}
+		}
+		return false
+	})
+	return busy
 }
