@@ -1,5 +1,7 @@
 package task
 
+import "time"
+
 // Destination decides where a requested move of t to want goes, under the
 // rules every store applies to the row it has locked (the PostgreSQL store
 // writes them in SQL, stopDestinationSQL; the others call this):
@@ -49,4 +51,39 @@ var attemptEnds = func() map[Status]bool {
 // active attempt without success.
 func endsAttempt(from, to Status) bool {
 	return from.Active() && attemptEnds[to]
+}
+
+// ApplyMove sets the fields a move of t to status to changes besides its
+// status and version, by the rules every store applies (the PostgreSQL
+// store writes them in SQL, transitionSetSQL): leaving the active states
+// ends the attempt (no owner, no task lease, the attempt's error, requests
+// answered); a release to queued does not count the attempt and runs at
+// now; retrying and scheduled run at delayed, the store's now plus the
+// move's delay in its own precision. It reports whether the task is
+// claimable at once, so that the store announces it.
+func ApplyMove(t *Task, to Status, errText string, now, delayed time.Time) (claimableNow bool) {
+	from := t.Status
+	if from.Active() && !to.Active() {
+		// Node, epoch and claim_seq stay for history.
+		t.Owner = ""
+		t.LeaseExpiresAt = time.Time{}
+		t.Error = errText
+		t.StopRequested, t.PauseRequested = false, false
+	} else if errText != "" {
+		t.Error = errText
+	}
+	switch to {
+	case Queued:
+		t.RunAt = now
+		if from.Active() && t.Attempt > 0 {
+			// A release: the attempt was handed back unfinished, so it does
+			// not count. claim_seq stays moved on.
+			t.Attempt--
+		}
+		return true
+	case Retrying, Scheduled:
+		t.RunAt = delayed
+		return !t.RunAt.After(now)
+	}
+	return false
 }

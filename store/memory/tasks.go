@@ -323,31 +323,8 @@ type moveDetails struct {
 // audit event. Claims set their lease fields before calling it.
 func (db *database) move(rec *taskRecord, to task.Status, m moveDetails, now time.Time) {
 	from := rec.Status
-	if from.Active() && !to.Active() {
-		// The attempt is over: it holds no lease any more, and its error
-		// (or none) is the latest attempt's. Node, epoch and claim_seq stay
-		// for history.
-		rec.Owner = ""
-		rec.LeaseExpiresAt = time.Time{}
-		rec.Error = m.errText
-		rec.StopRequested, rec.PauseRequested = false, false
-	} else if m.errText != "" {
-		rec.Error = m.errText
-	}
-	switch to {
-	case task.Queued:
-		rec.RunAt = now
-		if from.Active() && rec.Attempt > 0 {
-			// A release: the attempt was handed back unfinished, so it does
-			// not count. claim_seq stays moved on.
-			rec.Attempt--
-		}
+	if task.ApplyMove(&rec.Task, to, m.errText, now, dbTime(now.Add(m.delay))) {
 		db.announceTasks(rec.Bucket)
-	case task.Retrying, task.Scheduled:
-		rec.RunAt = dbTime(now.Add(m.delay))
-		if !rec.RunAt.After(now) {
-			db.announceTasks(rec.Bucket)
-		}
 	}
 	if from.Active() && !to.Active() || to.Terminal() {
 		db.ackLeft(rec.ID, to, m.node, now)

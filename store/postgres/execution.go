@@ -157,13 +157,17 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 	if err != nil {
 		return nil, wrap(err, "claim tasks")
 	}
-	slices.SortFunc(out, func(a, b *task.Task) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
-	})
+	sortClaimed(out)
 	return out, nil
 }
 
 func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
+	return readClaimBatch(br, scanTasks)
+}
+
+// readClaimBatch reads a claim's batch: BEGIN, its settings, the claim
+// (its rows read by scan), COMMIT.
+func readClaimBatch(br pgx.BatchResults, scan func(pgx.Rows) ([]*task.Task, error)) ([]*task.Task, error) {
 	for range 2 { // BEGIN, SET LOCAL
 		if _, err := br.Exec(); err != nil {
 			return nil, err
@@ -173,7 +177,7 @@ func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanTasks(rows)
+	out, err := scan(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +185,15 @@ func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// sortClaimed puts claimed tasks in claim order: priority descending, then
+// run_at, then id. The claim statements return them unsorted, so that they
+// need no sort of their own.
+func sortClaimed(out []*task.Task) {
+	slices.SortFunc(out, func(a, b *task.Task) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // renewSQL extends the task leases of the named attempts that are active,

@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -264,30 +262,12 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	if err != nil {
 		return nil, wrap(err, "claim tasks")
 	}
-	slices.SortFunc(out, func(a, b *task.Task) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
-	})
+	sortClaimed(out)
 	return out, nil
 }
 
 func readLimitedClaim(br pgx.BatchResults) ([]*task.Task, error) {
-	for range 2 { // BEGIN, SET LOCAL
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	out, err := scanLimitedTasks(rows)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil { // COMMIT
-		return nil, err
-	}
-	return out, nil
+	return readClaimBatch(br, scanLimitedTasks)
 }
 
 // activeUseSQL reads the active rows of the buckets through the active

@@ -548,29 +548,8 @@ WHERE id = ?`
 func move(tx *wtx, t *task.Task, to task.Status, m moveDetails) error {
 	now := tx.now
 	from := t.Status
-	if from.Active() && !to.Active() {
-		// The attempt is over: it holds no lease any more. Node, epoch and
-		// claim_seq stay for history.
-		t.Owner = ""
-		t.LeaseExpiresAt = time.Time{}
-		t.Error = m.errText
-		t.StopRequested, t.PauseRequested = false, false
-	} else if m.errText != "" {
-		t.Error = m.errText
-	}
-	switch to {
-	case task.Queued:
-		t.RunAt = now
-		if from.Active() && t.Attempt > 0 {
-			// A release: the attempt was handed back unfinished.
-			t.Attempt--
-		}
+	if task.ApplyMove(t, to, m.errText, now, dbTime(now.Add(m.delay))) {
 		tx.announceTasks(t.Bucket)
-	case task.Retrying, task.Scheduled:
-		t.RunAt = dbTime(now.Add(m.delay))
-		if !t.RunAt.After(now) {
-			tx.announceTasks(t.Bucket)
-		}
 	}
 	if from.Active() && !to.Active() || to.Terminal() {
 		if err := ackLeft(tx, t.ID, to, m.node); err != nil {
