@@ -12,7 +12,7 @@
 // is shut down with a context that has already ended: Shutdown abandons
 // the hung handler and leaves the lease of its bucket to lapse, as after a
 // crash (node-a's other buckets are released and taken over at once). The
-// leases here last 2s, so that the example ends in seconds; the default is
+// leases here last 3s, so that the example ends in seconds; the default is
 // 15s.
 //
 // It needs nothing installed: the fleet is an SQLite file in a temporary
@@ -34,7 +34,7 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-const leaseTTL = 2 * time.Second
+const leaseTTL = 3 * time.Second
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
