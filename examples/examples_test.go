@@ -56,11 +56,11 @@ var examples = []example{
 		`running -> timed_out \(attempt 2 timed out after 300ms`,
 	}},
 	{"pauseresume", []string{
-		`copy: pause requested; saved progress \{"done":\d+\}`,
-		`task 1 paused with progress \{"done":\d+\}`,
-		`copy: attempt 2 resumes after file \d+`,
+		`copy: pause requested; saved progress \{"done":3\}`,
+		`task 1 paused with progress \{"done":3\}`,
+		`copy: attempt 2 resumes after file 3`,
 		`task 1 succeeded at attempt 2 with result \{"copied":10\}`,
-		`copy: task 2 cancelled at file \d+: stop requested=true`,
+		`copy: task 2 cancelled after file 2: stop requested=true`,
 		`task 2 stopped`,
 	}},
 	{"exec", []string{
@@ -81,7 +81,6 @@ var examples = []example{
 		`a new submit with unique key invoice-7 was accepted as task 2, and succeeded`,
 	}},
 	{"limits", []string{
-		`\(2 running for customer-a\)`,
 		`all 6 exports succeeded; never more than 2 running at once for customer-a \(most seen: [12]\)`,
 		`all 4 emails succeeded; starts after the first, at 2 per second: \+\S+ \+\S+ \+\S+`,
 	}},

@@ -35,16 +35,23 @@ type progress struct {
 	Done int `json:"done"`
 }
 
-// stepStarted says that task ID began step Step.
-type stepStarted struct {
-	ID   int64
-	Step int
+// hold is where a copy task's first attempt waits, once it has copied
+// After files, until main lets it go on: main asks for a pause or a stop
+// while the task waits at a known file, so that the story is the same on a
+// loaded machine.
+type hold struct {
+	After   int
+	reached chan struct{}
+	release chan struct{}
 }
 
-// copyFiles copies steps files, one every 100ms, checkpointing between
-// them. started is told of each step as it begins, so that main knows the
-// task is well under way before it pauses it.
-func copyFiles(started chan<- stepStarted) node.Handler {
+func newHold(after int) *hold {
+	return &hold{After: after, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+// copyFiles copies steps files, one every 100ms, checkpointing before each.
+// holds says where the tasks of some keys wait for main.
+func copyFiles(holds map[string]*hold) node.Handler {
 	return func(ctx context.Context, t *task.Task) error {
 		var p progress
 		if len(t.Progress) > 0 {
@@ -54,6 +61,12 @@ func copyFiles(started chan<- stepStarted) node.Handler {
 			fmt.Printf("copy: attempt %d resumes after file %d\n", t.Attempt, p.Done)
 		}
 		for p.Done < steps {
+			if h := holds[t.Key]; h != nil && t.Attempt == 1 && p.Done == h.After {
+				close(h.reached)
+				if err := wait(ctx, t, p, h.release); err != nil {
+					return err
+				}
+			}
 			if err := t.Checkpoint(ctx); errors.Is(err, task.ErrPaused) {
 				saved, _ := json.Marshal(p)
 				if err := t.SaveProgress(ctx, saved); err != nil {
@@ -62,22 +75,26 @@ func copyFiles(started chan<- stepStarted) node.Handler {
 				fmt.Printf("copy: pause requested; saved progress %s\n", saved)
 				return task.ErrPaused
 			}
-			select {
-			case started <- stepStarted{ID: t.ID, Step: p.Done + 1}:
-			default:
-			}
-			select {
-			case <-ctx.Done():
-				cause := context.Cause(ctx)
-				fmt.Printf("copy: task %d cancelled at file %d: stop requested=%t\n",
-					t.ID, p.Done+1, errors.Is(cause, node.ErrStopRequested))
-				return cause
-			case <-time.After(100 * time.Millisecond):
+			if err := wait(ctx, t, p, time.After(100*time.Millisecond)); err != nil { // the copy itself
+				return err
 			}
 			p.Done++
 		}
 		t.Result = json.RawMessage(fmt.Sprintf(`{"copied":%d}`, p.Done))
 		return nil
+	}
+}
+
+// wait waits for done, or for the attempt's context to end: a stop.
+func wait[T any](ctx context.Context, t *task.Task, p progress, done <-chan T) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		fmt.Printf("copy: task %d cancelled after file %d: stop requested=%t\n",
+			t.ID, p.Done, errors.Is(cause, node.ErrStopRequested))
+		return cause
 	}
 }
 
@@ -103,8 +120,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	started := make(chan stepStarted, 1)
-	n.Register("copy", copyFiles(started))
+	holds := map[string]*hold{"backup-1": newHold(3), "backup-2": newHold(2)}
+	n.Register("copy", copyFiles(holds))
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -115,12 +132,19 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitForStep(ctx, started, t.ID, 3); err != nil {
+	if err := reach(ctx, holds["backup-1"]); err != nil {
 		return err
 	}
-	if _, err := fleet.Client.Pause(ctx, t.ID, "maintenance window", "example"); err != nil {
+	r, err := fleet.Client.Pause(ctx, t.ID, "maintenance window", "example")
+	if err != nil {
 		return err
 	}
+	// The node acknowledges the pause once it has told the attempt, whose
+	// next checkpoint then answers task.ErrPaused.
+	if _, _, err := fleet.Client.WaitCommand(ctx, r.Command.ID, 20*time.Millisecond); err != nil {
+		return err
+	}
+	close(holds["backup-1"].release)
 	paused, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Paused)
 	if err != nil {
 		return err
@@ -140,7 +164,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitForStep(ctx, started, t.ID, 2); err != nil {
+	if err := reach(ctx, holds["backup-2"]); err != nil {
 		return err
 	}
 	if _, err := fleet.Client.Stop(ctx, t.ID, "no longer needed", "example"); err != nil {
@@ -154,16 +178,12 @@ func run(ctx context.Context) error {
 	return n.Shutdown(ctx)
 }
 
-// waitForStep waits until copy task id begins step want.
-func waitForStep(ctx context.Context, started <-chan stepStarted, id int64, want int) error {
-	for {
-		select {
-		case got := <-started:
-			if got.ID == id && got.Step >= want {
-				return nil
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for step %d: %w", want, context.Cause(ctx))
-		}
+// reach waits until a task has reached its hold.
+func reach(ctx context.Context, h *hold) error {
+	select {
+	case <-h.reached:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for a task to copy file %d: %w", h.After, context.Cause(ctx))
 	}
 }
