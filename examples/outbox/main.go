@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,9 +77,8 @@ func run(ctx context.Context) error {
 
 	// Item names of their own, so that a database used before holds no
 	// order or task of this run.
-	run := time.Now().UnixNano()
-	rolledBack := fmt.Sprintf("umbrella-%d", run)
-	committed := fmt.Sprintf("teapot-%d", run)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	rolledBack, committed := "umbrella-"+run, "teapot-"+run
 
 	t, err := db.place(ctx, c, rolledBack, false)
 	if err != nil {
