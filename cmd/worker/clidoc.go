@@ -175,9 +175,8 @@ func flagDoc(f cli.Flag) (names, def, usage string) {
 		case df.GetValue() != "" && df.GetValue() != `""`:
 			def = df.GetValue()
 		}
-		if sf, ok := f.(cli.DocGenerationSliceFlag); ok && sf.IsSliceFlag() {
+		if sf, ok := f.(cli.DocGenerationSliceFlag); ok && sf.IsSliceFlag() && !strings.Contains(usage, "repeatable") {
 			usage += " (repeatable)"
-			usage = strings.Replace(usage, " (repeatable) (repeatable)", " (repeatable)", 1)
 		}
 	}
 	return names, cellText(def), usage
