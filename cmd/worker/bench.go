@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,7 +61,7 @@ func benchCommand() *cli.Command {
 			}
 			defer s.Close()
 			if _, err := s.Migrate(c.Context, 0); err != nil {
-				return startError(err)
+				return err
 			}
 			bar := newProgressBar(c.App.ErrWriter)
 			cfg.Progress = bar.update
@@ -72,9 +71,6 @@ func benchCommand() *cli.Command {
 			}
 			r, err := benchmark.Run(c.Context, bs, cfg)
 			bar.finish()
-			if errors.Is(err, benchmark.ErrFleetBusy) {
-				return refused(err)
-			}
 			if err != nil {
 				return err
 			}

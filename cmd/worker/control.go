@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -12,11 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/commands"
-	"github.com/flotilla-dev/flotilla/store"
 )
-
-// tooLate is exit status 5: the task had already finished.
-func tooLate(err error) error { return &exitError{code: exitTooLate, err: err} }
 
 // controlAction is what stop, pause and resume do through the client.
 type controlAction func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) (commands.Result, error)
@@ -84,7 +79,7 @@ func controlCommand(name, usage string, canWait bool, act controlAction) *cli.Co
 			defer client.Close()
 			res, err := act(client, c, id, c.String("reason"), requester())
 			if err != nil {
-				return classifyControl(err)
+				return err
 			}
 			out := newControlJSON(res)
 			if wait && !res.Direct() {
@@ -92,7 +87,7 @@ func controlCommand(name, usage string, canWait bool, act controlAction) *cli.Co
 				defer cancel()
 				cmd, status, err := client.WaitCommand(ctx, res.Command.ID, 0)
 				if err != nil {
-					return classifyControl(err)
+					return err
 				}
 				out.Status, out.Outcome, out.AckedBy = string(status), cmd.Outcome, cmd.AckedBy
 			}
@@ -115,20 +110,6 @@ func requester() string {
 		who += "@" + host
 	}
 	return who
-}
-
-// classifyControl gives the errors of stop, pause and resume their exit
-// status.
-func classifyControl(err error) error {
-	switch {
-	case errors.Is(err, commands.ErrTooLate):
-		return tooLate(err)
-	case errors.Is(err, commands.ErrWrongState):
-		return refused(err)
-	case errors.Is(err, store.ErrNotFound):
-		return notFound(err)
-	}
-	return classify(err)
 }
 
 // controlJSON is the answer of stop, pause and resume.

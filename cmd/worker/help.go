@@ -12,16 +12,17 @@ import (
 )
 
 // exitStatusHelp ends every command's help (DESIGN §9).
-const exitStatusHelp = `Exit status:
-   0  done
-   1  a failure at run time: the database unreachable, an error it returned
-   2  invalid input (a flag, an argument, a payload): nothing was written
-   3  refused by the fleet's state (a live node with the same id, a bucket nobody holds, ...)
-   4  not found
-   5  too late: the task had already finished
-
+var exitStatusHelp = func() string {
+	var b strings.Builder
+	b.WriteString("Exit status:\n")
+	for _, s := range exitStatuses {
+		fmt.Fprintf(&b, "   %d  %s\n", s.status, s.meaning)
+	}
+	b.WriteString(`
 A "--" ends the options: what follows is an argument even if it starts with "-".
-Under --json, an error is printed on stderr as {"error": "...", "exit": N}.`
+Under --json, an error is printed on stderr as {"error": "...", "exit": N}.`)
+	return b.String()
+}()
 
 // examples holds two examples for each command, by its path.
 var examples = map[string][2]string{

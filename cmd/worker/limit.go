@@ -64,7 +64,7 @@ func limitSetCommand() *cli.Command {
 			defer client.Close()
 			saved, err := client.Store().UpsertLimit(c.Context, l)
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newLimitJSON(limitReport{Limit: saved}))
@@ -176,7 +176,7 @@ func limitRemoveCommand() *cli.Command {
 			}
 			defer client.Close()
 			if err := client.Store().DeleteLimit(c.Context, args[0]); err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, map[string]any{"name": args[0], "removed": true})

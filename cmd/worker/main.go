@@ -4,25 +4,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/flotilla-dev/flotilla/store"
-)
-
-// Exit statuses (DESIGN §9).
-const (
-	exitOK       = 0
-	exitRuntime  = 1 // database unreachable, ...
-	exitInvalid  = 2 // bad flag value, JSON, bucket spec
-	exitRefused  = 3 // refused by the fleet's state
-	exitNotFound = 4
-	exitTooLate  = 5
 )
 
 // version and commit are set by `make build`, with -ldflags
@@ -66,16 +53,7 @@ func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err == nil {
 		return exitOK
 	}
-	code := exitRuntime
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.code
-	case errors.Is(err, store.ErrInvalid):
-		// A value the library refused wherever a command met it, such as
-		// a connection string that does not parse.
-		code = exitInvalid
-	}
+	code := exitStatus(err)
 	if wantsJSON(args) {
 		_ = printJSON(stderr, map[string]any{"error": err.Error(), "exit": code})
 	} else {
@@ -144,19 +122,4 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	setUsageError(app.Commands)
 	return app
-}
-
-// exitError carries the exit status an error should end the process with.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
-func invalid(err error) error { return &exitError{code: exitInvalid, err: err} }
-func refused(err error) error { return &exitError{code: exitRefused, err: err} }
-func notFound(err error) error {
-	return &exitError{code: exitNotFound, err: err}
 }

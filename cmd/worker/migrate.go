@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -52,7 +51,7 @@ func migrateCommand() *cli.Command {
 			defer s.Close()
 			meta, err := s.Migrate(c.Context, n)
 			if err != nil {
-				return startError(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, map[string]any{
@@ -80,9 +79,6 @@ func openFleet(ctx context.Context, dsn string) (store.Store, store.Meta, error)
 	meta, err := s.Meta(ctx)
 	if err != nil {
 		s.Close()
-		if errors.Is(err, store.ErrSchema) {
-			return nil, store.Meta{}, refused(err)
-		}
 		return nil, store.Meta{}, err
 	}
 	return s, meta, nil

@@ -143,7 +143,7 @@ func pipelineSubmitCommand() *cli.Command {
 			}
 			p, err := client.SubmitPipeline(c.Context, req, opts...)
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newPipelineJSON(p))
@@ -172,7 +172,7 @@ func pipelineGetCommand() *cli.Command {
 			defer client.Close()
 			p, err := client.GetPipeline(c.Context, id)
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newPipelineJSON(p))
@@ -211,7 +211,7 @@ func pipelineRetryCommand() *cli.Command {
 			case errors.Is(err, store.ErrConflict):
 				return refused(err)
 			case err != nil:
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newPipelineJSON(p))

@@ -53,7 +53,7 @@ func reconcileCommand() *cli.Command {
 				Owner: node + "/" + hex.EncodeToString(nonce), Node: node, Buckets: set, DryRun: c.Bool("dry-run"),
 			})
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, operatorJSON(rep))

@@ -188,7 +188,7 @@ func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg n
 	}
 	defer s.Close()
 	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
-		return startError(err)
+		return err
 	}
 	m, err := nodeMetrics(s, httpAddr, log)
 	if err != nil {
@@ -266,7 +266,7 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metr
 		if runCtx.Err() != nil {
 			return nil // asked to stop before the node started
 		}
-		return startError(err)
+		return err
 	}
 	if err := m.Start(runCtx); err != nil {
 		return err
@@ -333,16 +333,6 @@ func aliveUntil(ctx context.Context, s store.Store, alive *store.NodeAliveError,
 		}
 	}
 	return time.Time{}, fallback
-}
-
-func startError(err error) error {
-	switch {
-	case errors.Is(err, bucket.ErrInvalidSet), errors.Is(err, store.ErrBucketCount):
-		return invalid(err)
-	case errors.Is(err, store.ErrNodeAlive), errors.Is(err, store.ErrSchema):
-		return refused(err)
-	}
-	return err
 }
 
 // checkRunFlags refuses run's flags that would be silently changed or that

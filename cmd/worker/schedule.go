@@ -142,7 +142,7 @@ func scheduleAddCommand() *cli.Command {
 				return refused(fmt.Errorf("%w; give --replace to replace it", err))
 			}
 			if err != nil {
-				return classifySchedule(err)
+				return err
 			}
 			// Not a refusal: the nodes that fire a schedule may start
 			// after it is added. But the operator hears of it now.
@@ -188,7 +188,7 @@ func scheduleActionCommand(name, usage string, act func(*cli.Context, *flotilla.
 				return err
 			}
 			defer client.Close()
-			return classifySchedule(act(c, client, args[0]))
+			return act(c, client, args[0])
 		},
 	}
 }
@@ -208,14 +208,6 @@ func printSchedule(c *cli.Context, change func(context.Context, string) (store.S
 	}
 	fmt.Fprintf(c.App.Writer, "schedule %s %s\n", cell(sc.Name), state)
 	return nil
-}
-
-// classifySchedule is classify for schedule errors.
-func classifySchedule(err error) error {
-	if errors.Is(err, schedule.ErrInvalidDefinition) || errors.Is(err, schedule.ErrInvalidSpec) {
-		return invalid(err)
-	}
-	return classify(err)
 }
 
 func describeTiming(sc store.Schedule) string {

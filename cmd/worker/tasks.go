@@ -22,26 +22,7 @@ func connect(c *cli.Context) (*flotilla.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := flotilla.Connect(c.Context, dsn)
-	if errors.Is(err, store.ErrSchema) {
-		return nil, refused(err)
-	}
-	return client, err
-}
-
-// classify gives library errors their exit status.
-func classify(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, store.ErrNotFound):
-		return notFound(err)
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, bucket.ErrInvalidSet):
-		return invalid(err)
-	case errors.Is(err, flotilla.ErrRefused), errors.Is(err, store.ErrDuplicate), errors.Is(err, store.ErrSchema):
-		return refused(err)
-	}
-	return err
+	return flotilla.Connect(c.Context, dsn)
 }
 
 func submitCommand() *cli.Command {
@@ -90,7 +71,7 @@ func submitCommand() *cli.Command {
 			defer client.Close()
 			t, err := client.Submit(c.Context, req, opts...)
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, newTaskJSON(t))

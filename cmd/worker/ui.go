@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -78,9 +77,6 @@ func uiCommand() *cli.Command {
 			defer s.Close()
 			d, err := dashboard.New(ctx, dashboard.Config{Store: s, Token: token, QueryTimeout: qt, Logger: log})
 			if err != nil {
-				if errors.Is(err, store.ErrSchema) {
-					return refused(err)
-				}
 				return err
 			}
 			defer d.Close()
