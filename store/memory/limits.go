@@ -105,12 +105,23 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	scan := lc.ScanOf(req.Limit)
 	cands := make([]*taskRecord, 0, scan)
 	fresh := make([]*taskRecord, 0, scan)
+	open := func(rec *taskRecord) bool {
+		_, held := epochs[rec.Bucket]
+		return held && kinds[rec.Kind] && due(&rec.Task, now) && !view.Closed(&rec.Task)
+	}
 	for _, rec := range db.unfinished {
-		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) && !view.Closed(&rec.Task) {
+		if open(rec) {
 			cands = keepBest(cands, rec, scan)
-			if view.Fresh(&rec.Task) {
-				fresh = keepBest(fresh, rec, scan)
-			}
+		}
+	}
+	first := make([]*task.Task, len(cands))
+	for i, rec := range cands {
+		first[i] = &rec.Task
+	}
+	second := view.SecondWalk(first)
+	for _, rec := range db.unfinished {
+		if open(rec) && second(&rec.Task) {
+			fresh = keepBest(fresh, rec, scan)
 		}
 	}
 	for _, rec := range fresh {

@@ -364,3 +364,42 @@ func testLimitsFresh(t *testing.T, h Harness) {
 		}
 	})
 }
+
+func testLimitsRoundRobin(t *testing.T, h Harness) {
+	t.Run("ClaimSeesKeysBehindTheFirstCandidatesKeys", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for range 20 {
+			nts = append(nts, store.NewTask{Key: "big", Bucket: 4})
+		}
+		nts = append(nts, store.NewTask{Key: "small", Bucket: 4})
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// Nothing runs, so no key is busy; the big key's backlog fills the
+		// first candidates (a scan of 5), and the second walk, which leaves
+		// out their key, finds the small key. Both are in the first round:
+		// the claim of two takes one of each.
+		got := b.claimLimited("a", held, 2, store.LimitedClaim{Scan: 5})
+		if n := countByKey(got); n["small"] != 1 || n["big"] != 1 {
+			t.Errorf("claimed %v, want one task of each key", n)
+		}
+	})
+
+	t.Run("ClaimTakesKeysInTurn", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for _, k := range []string{"a", "a", "a", "b", "b", "b", "c", "c", "c"} {
+			nts = append(nts, store.NewTask{Key: k, Bucket: 4})
+		}
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// Key a is one round ahead and key b two: of three starts, c takes
+		// two (rounds 0 and 1) and a one (round 1); b waits for round 2.
+		got := b.claimLimited("a", held, 3, store.LimitedClaim{Keys: []store.KeyRoom{
+			{Kind: "noop", Key: "a", Room: -1, Turn: 1}, {Kind: "noop", Key: "b", Room: -1, Turn: 2},
+		}})
+		if n := countByKey(got); n["a"] != 1 || n["b"] != 0 || n["c"] != 2 {
+			t.Errorf("claimed %v, want a=1 c=2", n)
+		}
+	})
+}
