@@ -87,7 +87,7 @@ type shareState struct {
 
 func newLimiter(s store.Store, owner, node string, capacity store.Resources, conc int, ttl time.Duration,
 	now func() time.Time, log *zap.Logger) *limiter {
-	return &limiter{
+	l := &limiter{
 		store: s, owner: owner, node: node, capacity: capacity, conc: conc, ttl: ttl, margin: deadlineMargin(ttl),
 		clock: now, log: log,
 		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
@@ -95,6 +95,11 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
 		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
 	}
+	// Until the limits have been read once, claims go through the limiter,
+	// which has no bucket ready yet: a node in a fleet with limits never
+	// claims as if there were none, even when its first reading fails.
+	l.on.Store(true)
+	return l
 }
 
 // active reports whether claims must go through the limits: a limit names

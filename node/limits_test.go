@@ -332,3 +332,52 @@ func (b *testBundle) bucketRange(lo, hi int) []int {
 	}
 	return out
 }
+
+// TestLimitNoneDeclaredTakesNoLock holds the limiter's mutex for the whole
+// run of a node in a fleet with no limits: tasks must still be claimed,
+// run and settled, because without limits neither a claim pass nor a
+// settled attempt takes that lock.
+func TestLimitNoneDeclaredTakesNoLock(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	n := b.startNode(t, b.config(t, "n1"), map[string]Handler{"job": led.handler(nil)})
+	if n.limits.active() {
+		t.Fatal("limits are active with none declared and no capacity")
+	}
+	n.limits.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			n.limits.mu.Unlock()
+		}
+	}()
+	var ids []int64
+	for i := range 20 {
+		ids = append(ids, submit(t, n, SubmitRequest{Kind: "job", Key: fmt.Sprint(i)}).ID)
+	}
+	for _, id := range ids {
+		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
+	}
+	locked = false
+	n.limits.mu.Unlock()
+}
+
+// TestLimitNotReadYetClaimsNothing: until the limits have been read once
+// the node claims through the limiter, which has no bucket ready, so a
+// node whose first reading of the limits failed does not claim as if there
+// were none.
+func TestLimitNotReadYetClaimsNothing(t *testing.T) {
+	b := setup(t)
+	l := newLimiter(b.store, "o", "n1", nil, 10, time.Minute, time.Now, zap.NewNop())
+	if !l.active() {
+		t.Fatal("a limiter that has not read the limits lets claims through unlimited")
+	}
+	ready, _ := l.claim([]store.HeldBucket{{Bucket: 1, Epoch: 1}})
+	if len(ready) != 0 {
+		t.Errorf("buckets %v ready before any refresh", ready)
+	}
+	l.refresh(b.ctx, []store.HeldBucket{{Bucket: 1, Epoch: 1}}, []string{"job"})
+	if l.active() {
+		t.Error("still limited after reading no limits")
+	}
+}
