@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,37 @@ type limiter struct {
 	// behind the round are forgotten, as they start in the round.
 	turn  map[kindKey]int
 	round int
+	// closed is the (limit, key) pairs closed at the last refresh, to count
+	// closures; uses is what that refresh saw, for LimitUse and metrics.
+	closed  map[rateKey]bool
+	uses    []LimitUse
+	metrics LimitMetrics // nil when Config.Metrics does not follow limits
+}
+
+// LimitUse is what one limit naming a kind the node serves uses on this
+// node, as of its last refresh of the limits (every bucket lease
+// heartbeat).
+type LimitUse struct {
+	Limit string
+	Kind  string
+	Per   string // store.PerKey or store.PerFleet
+	// Running is the tasks of the kind running in the node's buckets: its
+	// own attempts and the rows of a previous holder not yet settled.
+	Running int
+	// ClosedKeys is the limit keys the limit holds closed now (per key):
+	// their queued tasks wait.
+	ClosedKeys int
+	// Closures is the keys the limit closed since the refresh before.
+	Closures int
+	// Share is the node's share of a fleet-wide limit (0 for per key).
+	Share int
+}
+
+// LimitMetrics is what a Metrics may also implement to follow the limits:
+// the node calls it after each refresh of its limits, from the limits
+// loop. It must not block.
+type LimitMetrics interface {
+	LimitsRefreshed(uses []LimitUse)
 }
 
 type kindKey struct{ kind, key string }
@@ -94,6 +126,7 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
 		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
 		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
+		closed: map[rateKey]bool{},
 	}
 	// Until the limits have been read once, claims go through the limiter,
 	// which has no bucket ready yet: a node in a fleet with limits never
@@ -373,6 +406,9 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 	active := l.activeLocked()
 	l.on.Store(active)
 	l.prune()
+	if !active {
+		l.uses, l.closed = nil, map[rateKey]bool{}
+	}
 	l.mu.Unlock()
 	if !active {
 		return
@@ -448,18 +484,21 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 	l.mu.Lock()
 	now := l.clock()
 	var out []store.WaitReason
+	closed := map[rateKey]bool{}
 	for kind, lims := range l.limits {
 		for _, lim := range lims {
 			switch {
 			case lim.Per == store.PerKey && lim.Concurrency > 0:
 				for k, n := range l.running {
 					if k.kind == kind && n >= lim.Concurrency {
+						closed[rateKey{lim.Name, k.key}] = true
 						out = l.reasonLocked(out, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
 					}
 				}
 			case lim.Rate > 0:
 				for rk, tat := range l.tat {
 					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
+						closed[rk] = true
 						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
 						out = l.reasonLocked(out, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
 							lim.Name, rk.key, next.Round(100*time.Millisecond)))
@@ -468,13 +507,53 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 			}
 		}
 	}
+	uses := l.usesLocked(closed, now)
+	metrics := l.metrics
 	l.mu.Unlock()
+	if metrics != nil {
+		metrics.LimitsRefreshed(uses)
+	}
 	if len(out) == 0 {
 		return
 	}
 	if _, err := l.store.SetWaitReasons(ctx, l.owner, held, out); err != nil {
 		l.log.Warn("writing wait reasons failed", zap.Error(err))
 	}
+}
+
+// usesLocked sums what each limit uses given the pairs closed now, counts
+// the closures since the last refresh, and keeps both.
+func (l *limiter) usesLocked(closed map[rateKey]bool, now time.Time) []LimitUse {
+	keys, closures := map[string]int{}, map[string]int{}
+	for rk := range closed {
+		keys[rk.limit]++
+		if !l.closed[rk] {
+			closures[rk.limit]++
+		}
+	}
+	l.closed = closed
+	var uses []LimitUse
+	for kind, lims := range l.limits {
+		for _, lim := range lims {
+			u := LimitUse{Limit: lim.Name, Kind: kind, Per: lim.Per, Running: l.kindRunning[kind],
+				ClosedKeys: keys[lim.Name], Closures: closures[lim.Name]}
+			if sh := l.shares[lim.Name]; lim.Per == store.PerFleet && !now.After(sh.deadline) {
+				u.Share = sh.share
+			}
+			uses = append(uses, u)
+		}
+	}
+	slices.SortFunc(uses, func(a, b LimitUse) int { return strings.Compare(a.Limit, b.Limit) })
+	l.uses = uses
+	return slices.Clone(uses)
+}
+
+// LimitUse returns what each limit naming one of the node's kinds uses on
+// this node, by limit name, as of the last refresh of the limits.
+func (n *Node) LimitUse() []LimitUse {
+	n.limits.mu.Lock()
+	defer n.limits.mu.Unlock()
+	return slices.Clone(n.limits.uses)
 }
 
 func (l *limiter) reasonLocked(out []store.WaitReason, k kindKey, reason string) []store.WaitReason {

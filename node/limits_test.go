@@ -381,3 +381,58 @@ func TestLimitNotReadYetClaimsNothing(t *testing.T) {
 		t.Error("still limited after reading no limits")
 	}
 }
+
+// limitReports is a Metrics that also follows the limits.
+type limitReports struct {
+	nopMetrics
+	mu   sync.Mutex
+	last []LimitUse
+	sum  map[string]int // closures by limit
+}
+
+func (r *limitReports) LimitsRefreshed(uses []LimitUse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = uses
+	for _, u := range uses {
+		r.sum[u.Limit] += u.Closures
+	}
+}
+
+func (r *limitReports) closures(limit string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sum[limit]
+}
+
+// TestLimitUseIsReportedAtEachRefresh: a key at its concurrency limit is
+// closed, counted once as a closure however many refreshes see it closed,
+// and reported with the tasks running, to LimitUse and to a Metrics that
+// follows limits.
+func TestLimitUseIsReportedAtEachRefresh(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	reports := &limitReports{sum: map[string]int{}}
+	cfg := b.config(t, "n1")
+	cfg.Metrics = reports
+	cfg.Limits = []store.Limit{{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 2}}
+	gate := make(chan struct{})
+	n := b.startNode(t, cfg, map[string]Handler{"fetch": led.handler(gate)})
+	for i := range 3 {
+		submit(t, n, SubmitRequest{Kind: "fetch", Key: fmt.Sprint(i), LimitKey: "t"})
+	}
+	submit(t, n, SubmitRequest{Kind: "fetch", Key: "other"})
+	eventually(t, "three running", func() bool { return led.started() == 3 })
+	for range 3 {
+		n.limitPass(b.ctx)
+	}
+	want := []LimitUse{{Limit: "api", Kind: "fetch", Per: store.PerKey, Running: 3, ClosedKeys: 1}}
+	if got := n.LimitUse(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("LimitUse() = %+v, want %+v", got, want)
+	}
+	if got := reports.closures("api"); got != 1 {
+		t.Errorf("%d closures of key t reported, want 1", got)
+	}
+	close(gate)
+	eventually(t, "all four start", func() bool { return led.started() == 4 })
+}
