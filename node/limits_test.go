@@ -436,3 +436,44 @@ func TestLimitUseIsReportedAtEachRefresh(t *testing.T) {
 	close(gate)
 	eventually(t, "all four start", func() bool { return led.started() == 4 })
 }
+
+// TestLimitRateStateOfIdleKeysIsPruned: a key's rate state is kept while
+// its last start's due time is less than a period ago, and dropped after;
+// a key dropped is not given more starts than it had.
+func TestLimitRateStateOfIdleKeysIsPruned(t *testing.T) {
+	b := setup(t, withManualClock())
+	lim := store.Limit{Name: "mail", Kind: "send", Per: store.PerKey, Rate: 1, Period: time.Second, Burst: 1}
+	if _, err := b.store.UpsertLimit(b.ctx, lim); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(b.store, "o", "n1", nil, 10, time.Minute, b.manual.Now, zap.NewNop())
+	held := []store.HeldBucket{{Bucket: 1, Epoch: 1}}
+	l.refresh(b.ctx, held, []string{"send"})
+	l.hold([]*task.Task{{ID: 1, Kind: "send", Key: "k", Bucket: 1}})
+	tatOf := func() (time.Time, bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		tat, ok := l.tat[rateKey{"mail", "k"}]
+		return tat, ok
+	}
+	kept, ok := tatOf()
+	if !ok {
+		t.Fatal("no rate state after a start")
+	}
+	b.manual.Advance(kept.Sub(b.manual.Now()) + time.Second/2)
+	l.refresh(b.ctx, held, []string{"send"})
+	if _, ok := tatOf(); !ok {
+		t.Fatal("the rate state was dropped half a period after its due time")
+	}
+	_, lc := l.claim(held)
+	room, _ := lc.View().Room("send", "k")
+	b.manual.Advance(time.Second)
+	l.refresh(b.ctx, held, []string{"send"})
+	if _, ok := tatOf(); ok {
+		t.Fatal("the rate state of a key idle for more than a period is kept")
+	}
+	_, lc = l.claim(held)
+	if after, _ := lc.View().Room("send", "k"); after > room {
+		t.Errorf("the key has room %d once its state is dropped, %d before", after, room)
+	}
+}
