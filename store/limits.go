@@ -320,6 +320,20 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// KeyUse is how many active tasks of one kind and limit key one node
+// runs.
+type KeyUse struct {
+	Kind     string
+	Node     string
+	LimitKey string // effective: LimitKeyOf
+	Active   int
+}
+
+// CompareKeyUse orders KeyUse rows by kind, node and limit key.
+func CompareKeyUse(a, b KeyUse) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Node, b.Node), cmp.Compare(a.LimitKey, b.LimitKey))
+}
+
 // GrantShare decides a share: the fair share, or what the owner already
 // holds when that is more and still its own, but never more than n minus
 // what the others hold, each counted at the larger of its live share and

@@ -172,6 +172,28 @@ func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse
 	return out, nil
 }
 
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+	counts := map[store.KeyUse]int{}
+	for _, rec := range db.unfinished {
+		if rec.Status.Active() {
+			counts[store.KeyUse{Kind: rec.Kind, Node: rec.Node, LimitKey: store.LimitKeyOf(rec.Key, rec.LimitKey)}]++
+		}
+	}
+	out := make([]store.KeyUse, 0, len(counts))
+	for k, n := range counts {
+		k.Active = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, store.CompareKeyUse)
+	return out, nil
+}
+
 func activeUseOf(rec *taskRecord) store.ActiveUse {
 	return store.ActiveUse{
 		ID: rec.ID, Kind: rec.Kind, LimitKey: store.LimitKeyOf(rec.Key, rec.LimitKey),

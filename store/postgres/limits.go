@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -281,6 +282,39 @@ SELECT t.id, t.kind, ` + limitKeySQL + `, t.resources, t.bucket, coalesce(t.owne
 FROM flotilla_tasks t
 WHERE t.status IN ` + activeStatusesSQL + ` AND t.bucket = ANY($1::int[])
 ORDER BY t.id`
+
+// listKeyUseSQL counts the active tasks through the active index.
+var listKeyUseSQL = `
+SELECT t.kind, coalesce(t.node, ''), ` + limitKeySQL + ` AS lk, count(*)
+FROM flotilla_tasks t
+WHERE t.status IN ` + activeStatusesSQL + `
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3`
+
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	rows, err := s.pool.Query(ctx, listKeyUseSQL)
+	if err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	defer rows.Close()
+	out := []store.KeyUse{}
+	for rows.Next() {
+		var u store.KeyUse
+		var n int64
+		if err := rows.Scan(&u.Kind, &u.Node, &u.LimitKey, &n); err != nil {
+			return nil, wrap(err, "count active tasks by limit key")
+		}
+		u.Active = int(n)
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	// The database's collation may order text otherwise than Go.
+	slices.SortFunc(out, store.CompareKeyUse)
+	return out, nil
+}
 
 // ActiveUse lists the active tasks of the buckets.
 func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse, error) {

@@ -220,6 +220,34 @@ func limitedCandidates(tx *wtx, view *store.LimitView, scan int, live []int, kin
 	return all, nil
 }
 
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, coalesce(node, ''), CASE WHEN limit_key = '' THEN key ELSE limit_key END, count(*)
+FROM flotilla_tasks
+WHERE status IN ('running', 'stopping', 'pausing')
+GROUP BY 1, 2, 3`)
+	if err != nil {
+		return nil, requireSchema(wrap(err, "count active tasks by limit key"))
+	}
+	defer rows.Close()
+	out := []store.KeyUse{}
+	for rows.Next() {
+		var u store.KeyUse
+		if err := rows.Scan(&u.Kind, &u.Node, &u.LimitKey, &u.Active); err != nil {
+			return nil, wrap(err, "count active tasks by limit key")
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	slices.SortFunc(out, store.CompareKeyUse)
+	return out, nil
+}
+
 // ActiveUse lists the active tasks of the buckets, by id.
 func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse, error) {
 	if err := s.checkOpen(); err != nil {

@@ -403,3 +403,24 @@ func testLimitsRoundRobin(t *testing.T, h Harness) {
 		}
 	})
 }
+
+func testLimitsKeyUse(t *testing.T, h Harness) {
+	t.Run("KeyUseCountsActiveTasksByKindNodeAndLimitKey", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "x1", LimitKey: "tenant", Bucket: 1}, store.NewTask{Key: "x2", LimitKey: "tenant", Bucket: 1},
+			store.NewTask{Key: "y", Bucket: 2}, store.NewTask{Key: "queued", Bucket: 3})
+		b.claim("a", b.hold("a", 1), 10)
+		b.claim("b", b.hold("b", 2), 10)
+		got, err := b.s.ListKeyUse(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []store.KeyUse{
+			{Kind: "noop", Node: nodeOf("a"), LimitKey: "tenant", Active: 2},
+			{Kind: "noop", Node: nodeOf("b"), LimitKey: "y", Active: 1},
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("key use %+v, want %+v (queued tasks are not counted)", got, want)
+		}
+	})
+}
