@@ -334,6 +334,37 @@ func CompareKeyUse(a, b KeyUse) int {
 	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Node, b.Node), cmp.Compare(a.LimitKey, b.LimitKey))
 }
 
+// HolderUse is what one node runs under one limit: its active tasks of the
+// limit's kind, over how many limit keys, and how many of those keys are at
+// a per-key concurrency limit (their queued tasks wait).
+type HolderUse struct {
+	Node        string
+	Running     int
+	Keys        int
+	KeysAtLimit int
+}
+
+// UseByHolder sums rows (ListKeyUse, in its order) into each node's use of
+// lim, by node.
+func UseByHolder(lim Limit, rows []KeyUse) []HolderUse {
+	var out []HolderUse
+	for _, r := range rows {
+		if r.Kind != lim.Kind {
+			continue
+		}
+		if len(out) == 0 || out[len(out)-1].Node != r.Node {
+			out = append(out, HolderUse{Node: r.Node})
+		}
+		h := &out[len(out)-1]
+		h.Running += r.Active
+		h.Keys++
+		if lim.Per == PerKey && lim.Concurrency > 0 && r.Active >= lim.Concurrency {
+			h.KeysAtLimit++
+		}
+	}
+	return out
+}
+
 // GrantShare decides a share: the fair share, or what the owner already
 // holds when that is more and still its own, but never more than n minus
 // what the others hold, each counted at the larger of its live share and
