@@ -65,10 +65,16 @@ type Metrics struct {
 	fired           prometheus.Counter
 	missedTicks     prometheus.Counter
 	sampleErrors    prometheus.Counter
+	limitRunning    *prometheus.GaugeVec
+	limitClosed     *prometheus.GaugeVec
+	limitShare      *prometheus.GaugeVec
+	limitClosures   *prometheus.CounterVec
 
 	mu     sync.Mutex
 	node   *node.Node
 	sample sample
+	// limitNames is the limits whose gauges are set.
+	limitNames map[string]bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -82,7 +88,10 @@ type sample struct {
 	unheld                  int
 }
 
-var _ node.Metrics = (*Metrics)(nil)
+var (
+	_ node.Metrics      = (*Metrics)(nil)
+	_ node.LimitMetrics = (*Metrics)(nil)
+)
 
 // New makes the collectors and registers them. Give the result to
 // node.Config.Metrics, then Watch the node once it is made.
@@ -155,7 +164,19 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		Help: "Schedule ticks skipped because nobody served their bucket in time."})
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sample_errors_total",
 		Help: "Samples of the database-backed gauges that failed."})
+	m.limitRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "limit_running",
+		Help: "Tasks of a limit's kind running in this node's buckets, by limit (at the last refresh of the limits)."},
+		[]string{"limit"})
+	m.limitClosed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "limit_closed_keys",
+		Help: "Limit keys a per-key limit holds closed on this node now: their queued tasks wait, by limit."},
+		[]string{"limit"})
+	m.limitShare = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "limit_share",
+		Help: "This node's share of a fleet-wide limit, by limit."}, []string{"limit"})
+	m.limitClosures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_closures_total",
+		Help: "Times a limit closed a limit key that was open at the refresh before, by limit."}, []string{"limit"})
 	err := errors.Join(
+		reg.Register(m.limitRunning), reg.Register(m.limitClosed), reg.Register(m.limitShare),
+		reg.Register(m.limitClosures),
 		reg.Register(m.claimBatch), reg.Register(m.claimDuration), reg.Register(m.claimErrors),
 		reg.Register(m.wait), reg.Register(m.run), reg.Register(m.transitions),
 		reg.Register(m.completeBatch), reg.Register(m.completeDur), reg.Register(m.completeErrors),
@@ -286,6 +307,32 @@ func moved(o reconcile.Outcome) bool {
 // CommandApplied implements node.Metrics.
 func (m *Metrics) CommandApplied(kind string, latency time.Duration) {
 	m.commandLatency.WithLabelValues(kind).Observe(max(latency, 0).Seconds())
+}
+
+// LimitsRefreshed implements node.LimitMetrics. The gauges of a limit that
+// no longer names one of the node's kinds are removed.
+func (m *Metrics) LimitsRefreshed(uses []node.LimitUse) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	for _, u := range uses {
+		seen[u.Limit] = true
+		m.limitRunning.WithLabelValues(u.Limit).Set(float64(u.Running))
+		m.limitClosures.WithLabelValues(u.Limit).Add(float64(u.Closures))
+		if u.Per == store.PerFleet {
+			m.limitShare.WithLabelValues(u.Limit).Set(float64(u.Share))
+		} else {
+			m.limitClosed.WithLabelValues(u.Limit).Set(float64(u.ClosedKeys))
+		}
+	}
+	for name := range m.limitNames {
+		if !seen[name] {
+			m.limitRunning.DeleteLabelValues(name)
+			m.limitClosed.DeleteLabelValues(name)
+			m.limitShare.DeleteLabelValues(name)
+		}
+	}
+	m.limitNames = seen
 }
 
 // ScheduleAdvanced implements node.Metrics.

@@ -376,3 +376,47 @@ func TestStartSamplesAtOnceAndStopsOnce(t *testing.T) {
 	b.m.Stop()
 	b.m.Stop()
 }
+
+// TestLimitGaugesFollowTheRefreshes: each refresh sets the limit gauges,
+// adds its closures, and removes the gauges of a limit no longer reported.
+func TestLimitGaugesFollowTheRefreshes(t *testing.T) {
+	m, err := metrics.New(nil, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gather := func() map[string]*dto.MetricFamily {
+		fams, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			out[f.GetName()] = f
+		}
+		return out
+	}
+	m.LimitsRefreshed([]node.LimitUse{
+		{Limit: "api", Kind: "fetch", Per: store.PerKey, Running: 4, ClosedKeys: 2, Closures: 2},
+		{Limit: "train", Kind: "train", Per: store.PerFleet, Running: 1, Share: 3},
+	})
+	m.LimitsRefreshed([]node.LimitUse{{Limit: "api", Kind: "fetch", Per: store.PerKey, Running: 2, ClosedKeys: 1, Closures: 1}})
+	fams := gather()
+	for _, c := range []struct {
+		name, limit string
+		want        float64
+	}{
+		{"flotilla_limit_running", "api", 2},
+		{"flotilla_limit_closed_keys", "api", 1},
+		{"flotilla_limit_closures_total", "api", 3},
+		{"flotilla_limit_closures_total", "train", 0},
+	} {
+		if got, ok := value(fams, c.name, "limit", c.limit); !ok || got != c.want {
+			t.Errorf("%s{limit=%q} = %v (found %v), want %v", c.name, c.limit, got, ok, c.want)
+		}
+	}
+	for _, name := range []string{"flotilla_limit_running", "flotilla_limit_share"} {
+		if got, ok := value(fams, name, "limit", "train"); ok {
+			t.Errorf("%s{limit=\"train\"} = %v after the limit was no longer reported", name, got)
+		}
+	}
+}

@@ -86,9 +86,7 @@ func (n *Node) claimPass(ctx context.Context) {
 		}
 		cancel()
 		if limited {
-			for _, t := range claimed {
-				n.limits.hold(t)
-			}
+			n.limits.hold(claimed)
 			n.limits.opened(claimed)
 		}
 		n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)

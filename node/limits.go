@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,6 +40,13 @@ type limiter struct {
 	ttl      time.Duration // share TTL: the bucket lease TTL
 	margin   time.Duration
 
+	// on mirrors activeLocked for the claim loop, and owned counts own:
+	// with no limit declared a claim pass and a settled attempt read them
+	// and never take mu, so the claim path costs what it did without
+	// limits.
+	on    atomic.Bool
+	owned atomic.Int64
+
 	mu     sync.Mutex
 	loaded bool
 	limits map[string][]store.Limit // by kind
@@ -54,6 +63,44 @@ type limiter struct {
 	tat      map[rateKey]time.Time
 	shares   map[string]shareState // by limit name
 	reasons  map[kindKey]string    // written on the task rows
+	// turn and round are the round robin across limit keys (start-time
+	// fair queuing): a start of key k is tagged max(turn[k], round), turn[k]
+	// becomes the tag plus one, and round is the highest tag started. A
+	// key's turn minus round is how many rounds it is ahead; keys at or
+	// behind the round are forgotten, as they start in the round.
+	turn  map[kindKey]int
+	round int
+	// closed is the (limit, key) pairs closed at the last refresh, to count
+	// closures; uses is what that refresh saw, for LimitUse and metrics.
+	closed  map[rateKey]bool
+	uses    []LimitUse
+	metrics LimitMetrics // nil when Config.Metrics does not follow limits
+}
+
+// LimitUse is what one limit naming a kind the node serves uses on this
+// node, as of its last refresh of the limits (every bucket lease
+// heartbeat).
+type LimitUse struct {
+	Limit string
+	Kind  string
+	Per   string // store.PerKey or store.PerFleet
+	// Running is the tasks of the kind running in the node's buckets: its
+	// own attempts and the rows of a previous holder not yet settled.
+	Running int
+	// ClosedKeys is the limit keys the limit holds closed now (per key):
+	// their queued tasks wait.
+	ClosedKeys int
+	// Closures is the keys the limit closed since the refresh before.
+	Closures int
+	// Share is the node's share of a fleet-wide limit (0 for per key).
+	Share int
+}
+
+// LimitMetrics is what a Metrics may also implement to follow the limits:
+// the node calls it after each refresh of its limits, from the limits
+// loop. It must not block.
+type LimitMetrics interface {
+	LimitsRefreshed(uses []LimitUse)
 }
 
 type kindKey struct{ kind, key string }
@@ -72,23 +119,26 @@ type shareState struct {
 
 func newLimiter(s store.Store, owner, node string, capacity store.Resources, conc int, ttl time.Duration,
 	now func() time.Time, log *zap.Logger) *limiter {
-	return &limiter{
+	l := &limiter{
 		store: s, owner: owner, node: node, capacity: capacity, conc: conc, ttl: ttl, margin: deadlineMargin(ttl),
 		clock: now, log: log,
 		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
 		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
-		shares: map[string]shareState{}, reasons: map[kindKey]string{},
+		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
+		closed: map[rateKey]bool{},
 	}
+	// Until the limits have been read once, claims go through the limiter,
+	// which has no bucket ready yet: a node in a fleet with limits never
+	// claims as if there were none, even when its first reading fails.
+	l.on.Store(true)
+	return l
 }
 
 // active reports whether claims must go through the limits: a limit names
-// one of the node's kinds, or the node declares capacities.
-func (l *limiter) active() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.activeLocked()
-}
+// one of the node's kinds, or the node declares capacities. It takes no
+// lock.
+func (l *limiter) active() bool { return l.on.Load() }
 
 func (l *limiter) activeLocked() bool { return len(l.limits) > 0 || len(l.capacity) > 0 }
 
@@ -107,37 +157,56 @@ func (l *limiter) add(u use, sign int) {
 	}
 }
 
-// hold counts a task this node has just claimed, and takes a rate token
-// for it.
-func (l *limiter) hold(t *task.Task) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.own[t.ID]; ok {
+// hold counts the tasks a limited claim has just taken, takes a rate
+// token for each, and moves their keys on in the round robin. Every tag of
+// the batch is read against the round before it: the claim ordered them
+// in that round.
+func (l *limiter) hold(ts []*task.Task) {
+	if len(ts) == 0 {
 		return
 	}
-	u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
-	if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
-		l.add(old, -1)
-		delete(l.foreign, t.ID)
-	}
-	l.own[t.ID] = u
-	l.add(u, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := l.clock()
-	for _, lim := range l.limits[t.Kind] {
-		if lim.Rate > 0 {
-			rk := rateKey{lim.Name, u.key}
-			l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
+	top := l.round
+	for _, t := range ts {
+		if _, ok := l.own[t.ID]; ok {
+			continue
 		}
+		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
+		if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
+			l.add(old, -1)
+			delete(l.foreign, t.ID)
+		}
+		l.own[t.ID] = u
+		l.owned.Add(1)
+		l.add(u, 1)
+		for _, lim := range l.limits[t.Kind] {
+			if lim.Rate > 0 {
+				rk := rateKey{lim.Name, u.key}
+				l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
+			}
+		}
+		k := kindKey{u.kind, u.key}
+		tag := max(l.turn[k], l.round)
+		l.turn[k] = tag + 1
+		top = max(top, tag)
 	}
+	l.round = top
 }
 
-// release frees what a settled attempt held.
+// release frees what a settled attempt held. An attempt claimed while no
+// limit applied holds nothing, and releasing it takes no lock.
 func (l *limiter) release(id int64) {
+	if l.owned.Load() == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if u, ok := l.own[id]; ok {
 		l.add(u, -1)
 		delete(l.own, id)
+		l.owned.Add(-1)
 	}
 }
 
@@ -201,58 +270,72 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 	}
 	now := l.clock()
 	var lc store.LimitedClaim
-	keys := map[kindKey]*store.KeyRoom{}
-	keyRoom := func(kind, key string) *store.KeyRoom {
-		k := kindKey{kind, key}
-		if r, ok := keys[k]; ok {
-			return r
-		}
-		r := &store.KeyRoom{Kind: kind, Key: key, Room: -1, Used: l.running[k]}
-		keys[k] = r
-		return r
-	}
 	narrow := func(room *int, v int) {
 		if *room < 0 || v < *room {
 			*room = max(0, v)
 		}
 	}
+	// The keys named: those running, those a rate limit has seen, and
+	// those ahead in the round robin.
+	named := map[kindKey]bool{}
+	for k := range l.running {
+		named[k] = true
+	}
+	for k, turn := range l.turn {
+		if turn > l.round {
+			named[k] = true
+		}
+	}
 	for kind, lims := range l.limits {
-		kr := store.KindRoom{Kind: kind, Room: -1, KeyRoom: -1}
 		for _, lim := range lims {
+			if lim.Rate > 0 {
+				for rk := range l.tat {
+					if rk.limit == lim.Name {
+						named[kindKey{kind, rk.key}] = true
+					}
+				}
+			}
+		}
+	}
+	// roomOf is what the per-key limits of kind leave a key (-1 for none);
+	// a key not named (seen false) has nothing running and has not started
+	// under a rate limit yet.
+	roomOf := func(kind, key string, seen bool) int {
+		room, used := -1, 0
+		if seen {
+			used = l.running[kindKey{kind, key}]
+		}
+		for _, lim := range l.limits[kind] {
 			switch {
 			case lim.Per == store.PerFleet:
+			case lim.Concurrency > 0:
+				narrow(&room, lim.Concurrency-used)
+			case lim.Rate > 0:
+				tat, ok := l.tat[rateKey{lim.Name, key}]
+				if !seen || !ok {
+					tat = l.freshTAT(lim, now)
+				}
+				narrow(&room, tokens(lim, tat, now))
+			}
+		}
+		return room
+	}
+	for kind, lims := range l.limits {
+		kr := store.KindRoom{Kind: kind, Room: -1, KeyRoom: roomOf(kind, "", false)}
+		for _, lim := range lims {
+			if lim.Per == store.PerFleet {
 				sh := l.shares[lim.Name]
 				if now.After(sh.deadline) {
 					sh.share = 0 // not renewed in time: nothing more starts
 				}
 				narrow(&kr.Room, sh.share-l.kindRunning[kind])
-			case lim.Concurrency > 0:
-				narrow(&kr.KeyRoom, lim.Concurrency)
-				for k, n := range l.running {
-					if k.kind == kind {
-						narrow(&keyRoom(kind, k.key).Room, lim.Concurrency-n)
-					}
-				}
-			case lim.Rate > 0:
-				narrow(&kr.KeyRoom, tokens(lim, l.freshTAT(lim, now), now))
-				for rk, tat := range l.tat {
-					if rk.limit == lim.Name {
-						narrow(&keyRoom(kind, rk.key).Room, tokens(lim, tat, now))
-					}
-				}
 			}
 		}
 		lc.Kinds = append(lc.Kinds, kr)
 	}
-	for _, r := range keys {
-		lc.Keys = append(lc.Keys, *r)
-	}
-	// Keys with tasks running but no per-key limit still carry their use,
-	// for the fairness order.
-	for k, n := range l.running {
-		if _, ok := keys[k]; !ok {
-			lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: -1, Used: n})
-		}
+	for k := range named {
+		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: roomOf(k.kind, k.key, true),
+			Used: l.running[k], Turn: max(0, l.turn[k]-l.round)})
 	}
 	// A key is busy, and left out of the claim's second walk, from half
 	// the use of the busiest key: the keys using less are seen even when
@@ -267,6 +350,39 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 		lc.Free[name] = max(0, c-l.used[name])
 	}
 	return ready, lc
+}
+
+// rateIdle is how long past its last start's due time a rate-limited
+// key's state is kept, in periods of its limit: after that it has its
+// whole burst again, which is what a key not seen starts with.
+const rateIdle = 1
+
+// prune forgets the rate state of keys idle for a period of their limit
+// (or whose limit is gone), and the round-robin turns of keys no longer
+// ahead of the round. A key forgotten starts as a key not seen, which is
+// never allowed more: a fresh key starts from the youngest bucket
+// acquisition, at the earliest now.
+func (l *limiter) prune() {
+	now := l.clock()
+	period := map[string]time.Duration{}
+	for _, lims := range l.limits {
+		for _, lim := range lims {
+			if lim.Rate > 0 {
+				period[lim.Name] = lim.Period
+			}
+		}
+	}
+	for rk, tat := range l.tat {
+		p, ok := period[rk.limit]
+		if !ok || now.Sub(tat) > rateIdle*p {
+			delete(l.tat, rk)
+		}
+	}
+	for k, turn := range l.turn {
+		if turn <= l.round {
+			delete(l.turn, k)
+		}
+	}
 }
 
 // refresh reloads the limits, reads the active rows of the held buckets,
@@ -288,6 +404,11 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 	l.mu.Lock()
 	l.limits, l.loaded = byKind, true
 	active := l.activeLocked()
+	l.on.Store(active)
+	l.prune()
+	if !active {
+		l.uses, l.closed = nil, map[rateKey]bool{}
+	}
 	l.mu.Unlock()
 	if !active {
 		return
@@ -363,18 +484,21 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 	l.mu.Lock()
 	now := l.clock()
 	var out []store.WaitReason
+	closed := map[rateKey]bool{}
 	for kind, lims := range l.limits {
 		for _, lim := range lims {
 			switch {
 			case lim.Per == store.PerKey && lim.Concurrency > 0:
 				for k, n := range l.running {
 					if k.kind == kind && n >= lim.Concurrency {
+						closed[rateKey{lim.Name, k.key}] = true
 						out = l.reasonLocked(out, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
 					}
 				}
 			case lim.Rate > 0:
 				for rk, tat := range l.tat {
 					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
+						closed[rk] = true
 						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
 						out = l.reasonLocked(out, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
 							lim.Name, rk.key, next.Round(100*time.Millisecond)))
@@ -383,13 +507,53 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 			}
 		}
 	}
+	uses := l.usesLocked(closed, now)
+	metrics := l.metrics
 	l.mu.Unlock()
+	if metrics != nil {
+		metrics.LimitsRefreshed(uses)
+	}
 	if len(out) == 0 {
 		return
 	}
 	if _, err := l.store.SetWaitReasons(ctx, l.owner, held, out); err != nil {
 		l.log.Warn("writing wait reasons failed", zap.Error(err))
 	}
+}
+
+// usesLocked sums what each limit uses given the pairs closed now, counts
+// the closures since the last refresh, and keeps both.
+func (l *limiter) usesLocked(closed map[rateKey]bool, now time.Time) []LimitUse {
+	keys, closures := map[string]int{}, map[string]int{}
+	for rk := range closed {
+		keys[rk.limit]++
+		if !l.closed[rk] {
+			closures[rk.limit]++
+		}
+	}
+	l.closed = closed
+	var uses []LimitUse
+	for kind, lims := range l.limits {
+		for _, lim := range lims {
+			u := LimitUse{Limit: lim.Name, Kind: kind, Per: lim.Per, Running: l.kindRunning[kind],
+				ClosedKeys: keys[lim.Name], Closures: closures[lim.Name]}
+			if sh := l.shares[lim.Name]; lim.Per == store.PerFleet && !now.After(sh.deadline) {
+				u.Share = sh.share
+			}
+			uses = append(uses, u)
+		}
+	}
+	slices.SortFunc(uses, func(a, b LimitUse) int { return strings.Compare(a.Limit, b.Limit) })
+	l.uses = uses
+	return slices.Clone(uses)
+}
+
+// LimitUse returns what each limit naming one of the node's kinds uses on
+// this node, by limit name, as of the last refresh of the limits.
+func (n *Node) LimitUse() []LimitUse {
+	n.limits.mu.Lock()
+	defer n.limits.mu.Unlock()
+	return slices.Clone(n.limits.uses)
 }
 
 func (l *limiter) reasonLocked(out []store.WaitReason, k kindKey, reason string) []store.WaitReason {

@@ -172,6 +172,9 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	n.log = cfg.Logger.With(zap.String("node", n.id))
 	n.limits = newLimiter(n.store, n.incarnation, n.id, n.cfg.Capacity, n.cfg.Concurrency, n.cfg.BucketLeaseTTL,
 		n.cfg.Clock.Now, n.log)
+	if lm, ok := cfg.Metrics.(LimitMetrics); ok {
+		n.limits.metrics = lm
+	}
 	n.completer = newCompleter(n)
 	n.rescuer = newRescuer(n)
 	n.commander = &commander{

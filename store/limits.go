@@ -180,14 +180,17 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 //
 // The store looks at the first Scan due candidates in claim order
 // (priority, run_at, id), leaving out those of a closed kind or key (room
-// 0), and at the first Scan of those whose key is not busy (KeyRoom.Used
-// below BusyAt), so that the keys waiting behind a long backlog of one
-// busy key are seen too. Over those candidates, in claim order, it takes a candidate when, counting the candidates before it in claim
-// order, its rank within its (kind, limit key) is below the key's room, its
-// rank within its kind below the kind's room, and the running sum of every
-// resource it needs is within Free. Of those, it takes at most Limit,
-// fewest used first (KeyRoom.Used plus rank), then in claim order: a key
-// with many queued tasks does not starve one with few.
+// 0), and at the first Scan of those whose key is neither among the keys of
+// the first candidates nor busy (KeyRoom.Used at or above BusyAt), so that
+// the keys waiting behind a long backlog of one key are seen too. Over those
+// candidates, in claim order, it takes a candidate when, counting the
+// candidates before it in claim order, its rank within its (kind, limit key)
+// is below the key's room, its rank within its kind below the kind's room,
+// and the running sum of every resource it needs is within Free. Of those,
+// it takes at most Limit in round-robin order: by the key's turn plus the
+// candidate's rank within its key (KeyRoom.Turn, 0 for keys not named), then
+// fewest used (KeyRoom.Used), then in claim order. A key with many queued
+// tasks therefore takes one start per round like a key with few.
 type LimitedClaim struct {
 	Scan  int        // candidates per walk; 0 means 4*Limit, at least 64, at most 10,000
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
@@ -215,6 +218,10 @@ type KeyRoom struct {
 	Key  string
 	Room int // -1 unlimited, 0 closed
 	Used int
+	// Turn is how many rounds the key is ahead in the holder's round
+	// robin: the starts it had in the rounds the keys not named here have
+	// not had yet. 0 is the current round.
+	Turn int
 }
 
 // Busy reports whether a key with used tasks is busy.
@@ -313,6 +320,51 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// KeyUse is how many active tasks of one kind and limit key one node
+// runs.
+type KeyUse struct {
+	Kind     string
+	Node     string
+	LimitKey string // effective: LimitKeyOf
+	Active   int
+}
+
+// CompareKeyUse orders KeyUse rows by kind, node and limit key.
+func CompareKeyUse(a, b KeyUse) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Node, b.Node), cmp.Compare(a.LimitKey, b.LimitKey))
+}
+
+// HolderUse is what one node runs under one limit: its active tasks of the
+// limit's kind, over how many limit keys, and how many of those keys are at
+// a per-key concurrency limit (their queued tasks wait).
+type HolderUse struct {
+	Node        string
+	Running     int
+	Keys        int
+	KeysAtLimit int
+}
+
+// UseByHolder sums rows (ListKeyUse, in its order) into each node's use of
+// lim, by node.
+func UseByHolder(lim Limit, rows []KeyUse) []HolderUse {
+	var out []HolderUse
+	for _, r := range rows {
+		if r.Kind != lim.Kind {
+			continue
+		}
+		if len(out) == 0 || out[len(out)-1].Node != r.Node {
+			out = append(out, HolderUse{Node: r.Node})
+		}
+		h := &out[len(out)-1]
+		h.Running += r.Active
+		h.Keys++
+		if lim.Per == PerKey && lim.Concurrency > 0 && r.Active >= lim.Concurrency {
+			h.KeysAtLimit++
+		}
+	}
+	return out
+}
+
 // GrantShare decides a share: the fair share, or what the owner already
 // holds when that is more and still its own, but never more than n minus
 // what the others hold, each counted at the larger of its live share and
@@ -390,13 +442,61 @@ func (v *LimitView) Fresh(t *task.Task) bool {
 	return !v.lc.Busy(used)
 }
 
+// SecondWalk returns the filter of a claim's second walk given its first
+// candidates: a task is in it when its key is fresh and none of the first
+// candidates is of its key. The first candidates are the head of the claim
+// order, so the second walk reaches the keys queued behind them.
+func (v *LimitView) SecondWalk(first []*task.Task) func(*task.Task) bool {
+	seen := make(map[kindKey]bool, len(first))
+	for _, t := range first {
+		seen[kindKey{t.Kind, LimitKeyOf(t.Key, t.LimitKey)}] = true
+	}
+	return func(t *task.Task) bool {
+		return !seen[kindKey{t.Kind, LimitKeyOf(t.Key, t.LimitKey)}] && v.Fresh(t)
+	}
+}
+
+// Named sorts the keys lc names, each as kind + "\x1f" + key, for a store
+// that leaves them out in its query: those closed, those busy, and those
+// open. shut lists the kinds whose keys not named have no room (KindRoom
+// .KeyRoom 0): of those kinds only the open named keys are candidates.
+func (v *LimitView) Named() (closed, busy, open, shut []string) {
+	closed, busy, open, shut = []string{}, []string{}, []string{}, []string{}
+	for _, r := range v.lc.Keys {
+		pair := r.Kind + "\x1f" + r.Key
+		if v.lc.Busy(r.Used) {
+			busy = append(busy, pair)
+		}
+		if r.Room == 0 {
+			closed = append(closed, pair)
+		} else {
+			open = append(open, pair)
+		}
+	}
+	for _, kr := range v.lc.Kinds {
+		if kr.KeyRoom == 0 {
+			shut = append(shut, kr.Kind)
+		}
+	}
+	return closed, busy, open, shut
+}
+
+// turn is the key's turn in the round robin (KeyRoom.Turn).
+func (v *LimitView) turn(kind, key string) int {
+	if r, ok := v.keys[kindKey{kind, key}]; ok {
+		return r.Turn
+	}
+	return 0
+}
+
 // Pick decides which candidates (in claim order, none closed) a claim of
 // at most limit takes, as LimitedClaim describes, and returns their
 // indexes in claim order.
 func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 	type pick struct {
-		rank int // used + rank within its key: the fairness order
-		pos  int
+		round int // the key's turn + the rank within its key
+		used  int
+		pos   int
 	}
 	var picks []pick
 	keyRank := map[kindKey]int{}
@@ -419,9 +519,11 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
 			continue
 		}
-		picks = append(picks, pick{used + rk, i})
+		picks = append(picks, pick{v.turn(k.kind, k.key) + rk, used, i})
 	}
-	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.pos, b.pos)) })
+	slices.SortStableFunc(picks, func(a, b pick) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.used, b.used), cmp.Compare(a.pos, b.pos))
+	})
 	if len(picks) > limit {
 		picks = picks[:limit]
 	}

@@ -215,6 +215,10 @@ type Store interface {
 	TakeShare(ctx context.Context, req ShareRequest) (Share, error)
 	// ListShares returns every holder's share of every fleet-wide limit.
 	ListShares(ctx context.Context) ([]ShareUse, error)
+	// ListKeyUse counts the active tasks of the whole fleet by kind, node
+	// and limit key, in that order: what each holder runs under the
+	// limits, read from the rows themselves (`worker limit list`).
+	ListKeyUse(ctx context.Context) ([]KeyUse, error)
 	// SetWaitReasons writes each reason on the queued (or due scheduled or
 	// retrying) tasks of its kind and limit key in the given buckets,
 	// while owner holds them under the epochs named, leaving rows that

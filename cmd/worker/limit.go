@@ -22,7 +22,7 @@ func limitCommand() *cli.Command {
 		Usage: "set, list and remove concurrency and rate limits",
 		Subcommands: []*cli.Command{
 			limitSetCommand(),
-			showCommand("list", "list the limits, with each holder's share of the fleet-wide ones", readLimits,
+			showCommand("list", "list the limits, with what each holder runs under them and its share of the fleet-wide ones", readLimits,
 				func(r limitReport) any { return newLimitJSON(r) }, printLimits),
 			limitRemoveCommand(),
 		},
@@ -187,11 +187,12 @@ func limitRemoveCommand() *cli.Command {
 	}
 }
 
-// limitReport is a limit with the holders' shares of it (fleet-wide
-// limits only: a per-key limit is kept by each key's holder in memory).
+// limitReport is a limit with what each holder runs under it, read from
+// the active rows, and the holders' shares of it (fleet-wide limits only).
 type limitReport struct {
 	store.Limit
-	Shares []store.ShareUse
+	Holders []store.HolderUse
+	Shares  []store.ShareUse
 }
 
 func readLimits(client *flotilla.Client, ctx context.Context) ([]limitReport, error) {
@@ -203,28 +204,40 @@ func readLimits(client *flotilla.Client, ctx context.Context) ([]limitReport, er
 	if err != nil {
 		return nil, err
 	}
+	keyUse, err := client.Store().ListKeyUse(ctx)
+	if err != nil {
+		return nil, err
+	}
 	byLimit := map[string][]store.ShareUse{}
 	for _, sh := range shares {
 		byLimit[sh.Limit] = append(byLimit[sh.Limit], sh)
 	}
 	out := make([]limitReport, len(limits))
 	for i, l := range limits {
-		out[i] = limitReport{Limit: l, Shares: byLimit[l.Name]}
+		out[i] = limitReport{Limit: l, Holders: store.UseByHolder(l, keyUse), Shares: byLimit[l.Name]}
 	}
 	return out, nil
 }
 
 type limitJSON struct {
-	Name        string      `json:"name"`
-	Kind        string      `json:"kind"`
-	Per         string      `json:"per"`
-	Concurrency int         `json:"concurrency,omitempty"`
-	Rate        int         `json:"rate,omitempty"`
-	Period      string      `json:"period,omitempty"`
-	Burst       int         `json:"burst,omitempty"`
-	CreatedAt   any         `json:"created_at"`
-	UpdatedAt   any         `json:"updated_at"`
-	Shares      []shareJSON `json:"shares"`
+	Name        string       `json:"name"`
+	Kind        string       `json:"kind"`
+	Per         string       `json:"per"`
+	Concurrency int          `json:"concurrency,omitempty"`
+	Rate        int          `json:"rate,omitempty"`
+	Period      string       `json:"period,omitempty"`
+	Burst       int          `json:"burst,omitempty"`
+	CreatedAt   any          `json:"created_at"`
+	UpdatedAt   any          `json:"updated_at"`
+	Holders     []holderJSON `json:"holders"`
+	Shares      []shareJSON  `json:"shares"`
+}
+
+type holderJSON struct {
+	Node        string `json:"node"`
+	Running     int    `json:"running"`
+	Keys        int    `json:"keys"`
+	KeysAtLimit int    `json:"keys_at_limit"`
 }
 
 type shareJSON struct {
@@ -238,7 +251,10 @@ type shareJSON struct {
 
 func newLimitJSON(r limitReport) limitJSON {
 	v := limitJSON{Name: r.Name, Kind: r.Kind, Per: r.Per, Concurrency: r.Concurrency, Rate: r.Rate,
-		CreatedAt: jsonTime(r.CreatedAt), UpdatedAt: jsonTime(r.UpdatedAt), Shares: []shareJSON{}}
+		CreatedAt: jsonTime(r.CreatedAt), UpdatedAt: jsonTime(r.UpdatedAt), Holders: []holderJSON{}, Shares: []shareJSON{}}
+	for _, h := range r.Holders {
+		v.Holders = append(v.Holders, holderJSON{Node: h.Node, Running: h.Running, Keys: h.Keys, KeysAtLimit: h.KeysAtLimit})
+	}
 	if r.Rate > 0 {
 		v.Period, v.Burst = r.Period.String(), r.EffectiveBurst()
 	}
@@ -251,11 +267,30 @@ func newLimitJSON(r limitReport) limitJSON {
 
 func printLimits(w io.Writer, rs []limitReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tRULE\tSHARES")
+	fmt.Fprintln(tw, "NAME\tKIND\tRULE\tUSE\tSHARES")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(r.Name), cell(r.Kind), r.Limit, dash(describeShares(r.Shares)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(r.Name), cell(r.Kind), r.Limit, dash(describeHolders(r.Limit, r.Holders)),
+			dash(describeShares(r.Shares)))
 	}
 	_ = tw.Flush()
+}
+
+// describeHolders is "node-a 3 running over 2 keys (1 at its limit),
+// node-b 1 running over 1 key".
+func describeHolders(lim store.Limit, hs []store.HolderUse) string {
+	parts := make([]string, 0, len(hs))
+	for _, h := range hs {
+		keys := "keys"
+		if h.Keys == 1 {
+			keys = "key"
+		}
+		p := fmt.Sprintf("%s %d running over %d %s", cell(h.Node), h.Running, h.Keys, keys)
+		if lim.Per == store.PerKey && lim.Concurrency > 0 {
+			p += fmt.Sprintf(" (%d at its limit)", h.KeysAtLimit)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeShares is "node-a 2 of demand 3, node-b 1 of demand 1 (lapsed)".

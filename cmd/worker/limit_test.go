@@ -40,11 +40,26 @@ func TestLimitSetListRemove(t *testing.T) {
 		MaxDemand: 10, Buckets: bucket.All(10).Slice(), TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	// Node live runs three fetch tasks: two of key tenant-7, at its
+	// limit of 2, and one of key solo.
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "fetch", Key: "a", LimitKey: "tenant-7", Bucket: 0},
+		{Kind: "fetch", Key: "b", LimitKey: "tenant-7", Bucket: 0}, {Kind: "fetch", Key: "solo", Bucket: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "live/1", Node: "live", Buckets: bucket.Of(0), TTL: time.Hour})
+	if err != nil || len(leases) != 1 || !leases[0].Held {
+		t.Fatalf("taking bucket 0: %+v, %v", leases, err)
+	}
+	if got, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "live/1", Node: "live", Kinds: []string{"fetch"}, Limit: 10,
+		LeaseTTL: time.Hour, Buckets: []store.HeldBucket{{Bucket: 0, Epoch: leases[0].Epoch}}}); err != nil || len(got) != 3 {
+		t.Fatalf("claimed %d: %v", len(got), err)
+	}
 	stdout, stderr, code := runWorker(t, "limit", "list", "--dsn", dsn)
 	if code != exitOK {
 		t.Fatal(stderr)
 	}
-	for _, want := range []string{"api", "concurrency 2 per key", "rate 100/1m0s burst 5 per key", "live 1 of demand 1"} {
+	for _, want := range []string{"api", "concurrency 2 per key", "rate 100/1m0s burst 5 per key", "live 1 of demand 1",
+		"live 3 running over 2 keys (1 at its limit)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("limit list does not say %q:\n%s", want, stdout)
 		}
@@ -55,7 +70,8 @@ func TestLimitSetListRemove(t *testing.T) {
 		t.Fatalf("%v: %s", err, stdout)
 	}
 	if len(listed) != 3 || listed[1].Name != "mail" || listed[1].Period != "1m0s" || listed[1].Burst != 5 ||
-		listed[2].Name != "train" || len(listed[2].Shares) != 1 || listed[2].Shares[0].Node != "live" || !listed[2].Shares[0].Alive {
+		listed[2].Name != "train" || len(listed[2].Shares) != 1 || listed[2].Shares[0].Node != "live" || !listed[2].Shares[0].Alive ||
+		len(listed[0].Holders) != 1 || listed[0].Holders[0] != (holderJSON{Node: "live", Running: 3, Keys: 2, KeysAtLimit: 1}) {
 		t.Errorf("limit list --json: %s", stdout)
 	}
 	// A replacement keeps the name and changes the rule.

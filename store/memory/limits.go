@@ -105,12 +105,23 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	scan := lc.ScanOf(req.Limit)
 	cands := make([]*taskRecord, 0, scan)
 	fresh := make([]*taskRecord, 0, scan)
+	open := func(rec *taskRecord) bool {
+		_, held := epochs[rec.Bucket]
+		return held && kinds[rec.Kind] && due(&rec.Task, now) && !view.Closed(&rec.Task)
+	}
 	for _, rec := range db.unfinished {
-		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) && !view.Closed(&rec.Task) {
+		if open(rec) {
 			cands = keepBest(cands, rec, scan)
-			if view.Fresh(&rec.Task) {
-				fresh = keepBest(fresh, rec, scan)
-			}
+		}
+	}
+	first := make([]*task.Task, len(cands))
+	for i, rec := range cands {
+		first[i] = &rec.Task
+	}
+	second := view.SecondWalk(first)
+	for _, rec := range db.unfinished {
+		if open(rec) && second(&rec.Task) {
+			fresh = keepBest(fresh, rec, scan)
 		}
 	}
 	for _, rec := range fresh {
@@ -158,6 +169,28 @@ func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse
 		}
 	}
 	slices.SortFunc(out, func(a, b store.ActiveUse) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.mu.Unlock()
+	counts := map[store.KeyUse]int{}
+	for _, rec := range db.unfinished {
+		if rec.Status.Active() {
+			counts[store.KeyUse{Kind: rec.Kind, Node: rec.Node, LimitKey: store.LimitKeyOf(rec.Key, rec.LimitKey)}]++
+		}
+	}
+	out := make([]store.KeyUse, 0, len(counts))
+	for k, n := range counts {
+		k.Active = n
+		out = append(out, k)
+	}
+	slices.SortFunc(out, store.CompareKeyUse)
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -88,11 +89,12 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // out closed kinds ($9) and closed keys ($10, as kind || chr(31) || key: a
 // NOT IN over a subquery, which PostgreSQL hashes, so ten thousand closed
 // keys cost a probe per row, not a scan of the list), and stops at $11
-// candidates; a second walk does the same leaving out the keys the holder
-// already runs tasks of ($20), so that keys queued behind one busy key's
-// backlog are seen. Over those few it ranks each candidate within its key and its
-// kind, sums each resource in claim order, and takes what the rooms allow,
-// fewest used first. claimSQL itself is left as it is: a fleet without
+// candidates; a second walk does the same leaving out the busy keys ($20)
+// and the keys of the first walk's candidates, so that keys queued behind
+// one key's backlog are seen. Over those few it ranks each candidate within
+// its key and its kind, sums each resource in claim order, and takes what
+// the rooms allow in round-robin order: the key's turn ($21) plus the
+// candidate's rank within its key, then fewest used. claimSQL itself is left as it is: a fleet without
 // limits pays nothing for them.
 var claimLimitedSQL = `
 WITH held AS (
@@ -124,6 +126,7 @@ WITH held AS (
       AND t.kind <> ALL($9::text[])
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($20::text[]))
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT c.kind || chr(31) || c.lk FROM cand c)
     ORDER BY t.priority DESC, t.run_at, t.id
     LIMIT $11
     FOR UPDATE OF t SKIP LOCKED
@@ -144,12 +147,13 @@ WITH held AS (
 ), picked AS (
     SELECT r.id, r.old_status, r.bucket
     FROM ranked r
-    LEFT JOIN unnest($14::text[], $15::int[], $16::int[]) AS k(id, room, used) ON k.id = r.kind || chr(31) || r.lk
+    LEFT JOIN unnest($14::text[], $15::int[], $16::int[], $21::int[]) AS k(id, room, used, turn)
+        ON k.id = r.kind || chr(31) || r.lk
     LEFT JOIN unnest($17::text[], $18::int[], $19::int[]) AS kr(kind, room, key_room) ON kr.kind = r.kind
     WHERE r.id NOT IN (SELECT id FROM unfit)
       AND (coalesce(k.room, kr.key_room, -1) < 0 OR r.key_rank < coalesce(k.room, kr.key_room))
       AND (coalesce(kr.room, -1) < 0 OR r.kind_rank < kr.room)
-    ORDER BY coalesce(k.used, 0) + r.key_rank, r.pos
+    ORDER BY coalesce(k.turn, 0) + r.key_rank, coalesce(k.used, 0), r.pos
     LIMIT $5
 ), claimed AS (
     UPDATE flotilla_tasks t SET
@@ -224,7 +228,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 		kindKeyRooms = append(kindKeyRooms, int32(kr.KeyRoom))
 	}
 	closedKeys, busyKeys := []string{}, []string{}
-	keyIDs, keyRooms, keyUsed := []string{}, []int32{}, []int32{}
+	keyIDs, keyRooms, keyUsed, keyTurns := []string{}, []int32{}, []int32{}, []int32{}
 	for _, k := range lc.Keys {
 		id := limitPair(k.Kind, k.Key)
 		if lc.Busy(k.Used) {
@@ -237,6 +241,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 		keyIDs = append(keyIDs, id)
 		keyRooms = append(keyRooms, int32(k.Room))
 		keyUsed = append(keyUsed, int32(k.Used))
+		keyTurns = append(keyTurns, int32(k.Turn))
 	}
 	names, frees := []string{}, []int64{}
 	for name, v := range lc.Free {
@@ -252,7 +257,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	b.Queue(claimLimitedSettingSQL, strconv.FormatInt(timeoutMillis, 10))
 	b.Queue(claimLimitedSQL, buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
 		epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
-		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys)
+		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys, keyTurns)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	out, err := readLimitedClaim(br)
@@ -277,6 +282,39 @@ SELECT t.id, t.kind, ` + limitKeySQL + `, t.resources, t.bucket, coalesce(t.owne
 FROM flotilla_tasks t
 WHERE t.status IN ` + activeStatusesSQL + ` AND t.bucket = ANY($1::int[])
 ORDER BY t.id`
+
+// listKeyUseSQL counts the active tasks through the active index.
+var listKeyUseSQL = `
+SELECT t.kind, coalesce(t.node, ''), ` + limitKeySQL + ` AS lk, count(*)
+FROM flotilla_tasks t
+WHERE t.status IN ` + activeStatusesSQL + `
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3`
+
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	rows, err := s.pool.Query(ctx, listKeyUseSQL)
+	if err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	defer rows.Close()
+	out := []store.KeyUse{}
+	for rows.Next() {
+		var u store.KeyUse
+		var n int64
+		if err := rows.Scan(&u.Kind, &u.Node, &u.LimitKey, &n); err != nil {
+			return nil, wrap(err, "count active tasks by limit key")
+		}
+		u.Active = int(n)
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	// The database's collation may order text otherwise than Go.
+	slices.SortFunc(out, store.CompareKeyUse)
+	return out, nil
+}
 
 // ActiveUse lists the active tasks of the buckets.
 func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse, error) {

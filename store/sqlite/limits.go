@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
@@ -96,15 +98,23 @@ func (s *Store) DeleteLimit(ctx context.Context, name string) error {
 	return requireSchema(err)
 }
 
-// limitedWalkSQL reads the due tasks of the held buckets and open kinds in
-// the claim's order, through flotilla_tasks_claim_idx as claimSQL does;
-// ClaimLimited stops reading once it has its candidates.
+// limitedWalkSQL reads, in the claim's order and through
+// flotilla_tasks_claim_idx as claimSQL does, the first due tasks (the last
+// parameter) of the held buckets and open kinds whose key is not left out
+// (kind || char(31) || limit key in the fourth parameter), and of the kinds
+// whose keys not named are shut (the fifth), only the open named keys (the
+// sixth). The keys are left out in SQL, not after reading each row: one
+// key's backlog of thousands of rows is passed over in the index walk.
 const limitedWalkSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks
 WHERE status IN ('queued', 'scheduled', 'retrying')
   AND (status = 'queued' OR run_at <= ?)
   AND bucket IN (SELECT value FROM json_each(?))
   AND kind IN (SELECT value FROM json_each(?))
-ORDER BY priority DESC, run_at, id`
+  AND kind || char(31) || (CASE WHEN limit_key = '' THEN key ELSE limit_key END) NOT IN (SELECT value FROM json_each(?))
+  AND (kind NOT IN (SELECT value FROM json_each(?))
+       OR kind || char(31) || (CASE WHEN limit_key = '' THEN key ELSE limit_key END) IN (SELECT value FROM json_each(?)))
+ORDER BY priority DESC, run_at, id
+LIMIT ?`
 
 // claimLimitedUpdateSQL is claimUpdateSQL clearing the wait reason: a
 // started task no longer waits.
@@ -116,10 +126,10 @@ WHERE id IN (SELECT value FROM json_each(?))`
 
 // ClaimLimited claims as ClaimTasks does, within the rooms lc names. The
 // candidates are the first Scan due tasks in claim order that no closed
-// kind or key rules out, and the first Scan of those whose key is not
-// busy: one walk in claim order collects both and stops when both are
-// full. With every key busy the walk reads the held buckets' whole queue,
-// as the memory store does.
+// kind or key rules out, and the first Scan of those after them whose key
+// is neither busy nor among the first ones': one walk in claim order
+// collects both and stops when both are full. With every key busy the walk
+// reads the held buckets' whole queue, as the memory store does.
 func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
 	if req.Owner == "" {
 		return nil, fmt.Errorf("%w: a claim needs the owner's incarnation", store.ErrInvalid)
@@ -165,41 +175,77 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	return claimed, nil
 }
 
-// limitedCandidates walks the due tasks in claim order and returns, in
-// that order, the first scan that are not closed together with the first
-// scan of those that are fresh (store.LimitView.Fresh).
+// limitedCandidates returns, in claim order, the first scan due tasks
+// that are not closed together with the first scan of those whose key is
+// neither busy nor among the first ones' (store.LimitView.SecondWalk): two
+// walks of the claim index, each stopping at scan rows.
 func limitedCandidates(tx *wtx, view *store.LimitView, scan int, live []int, kinds []string) ([]*task.Task, error) {
-	rows, err := tx.query(limitedWalkSQL, tx.now.UnixMicro(), intsJSON(live), stringsJSON(kinds))
-	if err != nil {
-		return nil, wrap(err, "limited claim")
-	}
-	defer rows.Close()
-	var (
-		out          []*task.Task
-		first, fresh int
-	)
-	for (first < scan || fresh < scan) && rows.Next() {
-		t, err := scanTask(rows)
+	closed, busy, open, shut := view.Named()
+	walk := func(out []string) ([]*task.Task, error) {
+		rows, err := tx.query(limitedWalkSQL, tx.now.UnixMicro(), intsJSON(live), stringsJSON(kinds), stringsJSON(out),
+			stringsJSON(shut), stringsJSON(open), scan)
 		if err != nil {
 			return nil, wrap(err, "limited claim")
 		}
-		if view.Closed(t) {
-			continue
+		defer rows.Close()
+		var ts []*task.Task
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				return nil, wrap(err, "limited claim")
+			}
+			if !view.Closed(t) {
+				ts = append(ts, t)
+			}
 		}
-		in := false
-		if first < scan {
-			first++
-			in = true
-		}
-		if fresh < scan && view.Fresh(t) {
-			fresh++
-			in = true
-		}
-		if in {
-			out = append(out, t)
-		}
+		return ts, wrapIf(rows.Err(), "limited claim")
 	}
-	return out, wrapIf(rows.Err(), "limited claim")
+	first, err := walk(closed)
+	if err != nil || len(first) < scan {
+		// The first walk read every candidate: there is nothing behind it.
+		return first, err
+	}
+	out := append(slices.Clone(closed), busy...)
+	for _, t := range first {
+		out = append(out, t.Kind+"\x1f"+store.LimitKeyOf(t.Key, t.LimitKey))
+	}
+	second, err := walk(out)
+	if err != nil {
+		return nil, err
+	}
+	all := append(first, second...)
+	slices.SortFunc(all, func(a, b *task.Task) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
+	})
+	return all, nil
+}
+
+// ListKeyUse counts the active tasks by kind, node and limit key.
+func (s *Store) ListKeyUse(ctx context.Context) ([]store.KeyUse, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT kind, coalesce(node, ''), CASE WHEN limit_key = '' THEN key ELSE limit_key END, count(*)
+FROM flotilla_tasks
+WHERE status IN ('running', 'stopping', 'pausing')
+GROUP BY 1, 2, 3`)
+	if err != nil {
+		return nil, requireSchema(wrap(err, "count active tasks by limit key"))
+	}
+	defer rows.Close()
+	out := []store.KeyUse{}
+	for rows.Next() {
+		var u store.KeyUse
+		if err := rows.Scan(&u.Kind, &u.Node, &u.LimitKey, &u.Active); err != nil {
+			return nil, wrap(err, "count active tasks by limit key")
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "count active tasks by limit key")
+	}
+	slices.SortFunc(out, store.CompareKeyUse)
+	return out, nil
 }
 
 // ActiveUse lists the active tasks of the buckets, by id.

@@ -364,3 +364,63 @@ func testLimitsFresh(t *testing.T, h Harness) {
 		}
 	})
 }
+
+func testLimitsRoundRobin(t *testing.T, h Harness) {
+	t.Run("ClaimSeesKeysBehindTheFirstCandidatesKeys", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for range 20 {
+			nts = append(nts, store.NewTask{Key: "big", Bucket: 4})
+		}
+		nts = append(nts, store.NewTask{Key: "small", Bucket: 4})
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// Nothing runs, so no key is busy; the big key's backlog fills the
+		// first candidates (a scan of 5), and the second walk, which leaves
+		// out their key, finds the small key. Both are in the first round:
+		// the claim of two takes one of each.
+		got := b.claimLimited("a", held, 2, store.LimitedClaim{Scan: 5})
+		if n := countByKey(got); n["small"] != 1 || n["big"] != 1 {
+			t.Errorf("claimed %v, want one task of each key", n)
+		}
+	})
+
+	t.Run("ClaimTakesKeysInTurn", func(t *testing.T) {
+		b := setup(t, h)
+		var nts []store.NewTask
+		for _, k := range []string{"a", "a", "a", "b", "b", "b", "c", "c", "c"} {
+			nts = append(nts, store.NewTask{Key: k, Bucket: 4})
+		}
+		b.create(nts...)
+		held := b.hold("a", 4)
+		// Key a is one round ahead and key b two: of three starts, c takes
+		// two (rounds 0 and 1) and a one (round 1); b waits for round 2.
+		got := b.claimLimited("a", held, 3, store.LimitedClaim{Keys: []store.KeyRoom{
+			{Kind: "noop", Key: "a", Room: -1, Turn: 1}, {Kind: "noop", Key: "b", Room: -1, Turn: 2},
+		}})
+		if n := countByKey(got); n["a"] != 1 || n["b"] != 0 || n["c"] != 2 {
+			t.Errorf("claimed %v, want a=1 c=2", n)
+		}
+	})
+}
+
+func testLimitsKeyUse(t *testing.T, h Harness) {
+	t.Run("KeyUseCountsActiveTasksByKindNodeAndLimitKey", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "x1", LimitKey: "tenant", Bucket: 1}, store.NewTask{Key: "x2", LimitKey: "tenant", Bucket: 1},
+			store.NewTask{Key: "y", Bucket: 2}, store.NewTask{Key: "queued", Bucket: 3})
+		b.claim("a", b.hold("a", 1), 10)
+		b.claim("b", b.hold("b", 2), 10)
+		got, err := b.s.ListKeyUse(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []store.KeyUse{
+			{Kind: "noop", Node: nodeOf("a"), LimitKey: "tenant", Active: 2},
+			{Kind: "noop", Node: nodeOf("b"), LimitKey: "y", Active: 1},
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("key use %+v, want %+v (queued tasks are not counted)", got, want)
+		}
+	})
+}

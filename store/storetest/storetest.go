@@ -54,7 +54,12 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Notifications", func(t *testing.T) { testNotifications(t, h) })
 	t.Run("Filters", func(t *testing.T) { testFilters(t, h) })
 	t.Run("Pipelines", func(t *testing.T) { testPipelines(t, h) })
-	t.Run("Limits", func(t *testing.T) { testLimits(t, h); testLimitsFresh(t, h) })
+	t.Run("Limits", func(t *testing.T) {
+		testLimits(t, h)
+		testLimitsFresh(t, h)
+		testLimitsRoundRobin(t, h)
+		testLimitsKeyUse(t, h)
+	})
 }
 
 // numBuckets is small so that tests can name every bucket.
