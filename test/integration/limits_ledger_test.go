@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -11,8 +12,10 @@ import (
 // the node that ran it, and the span the handler ran.
 type limitedRun struct {
 	task        int64
+	attempt     int
 	limitKey    string
 	node        string
+	pid         int
 	start, stop time.Time
 }
 
@@ -22,7 +25,7 @@ type limitedRun struct {
 func (r *rig) limitedRuns(ctx context.Context) []limitedRun {
 	r.t.Helper()
 	rows, err := r.pool.Query(ctx, `
-SELECT l.task_id, t.limit_key, l.node, l.pid, l.started_at, l.ended_at
+SELECT l.task_id, l.attempt, t.limit_key, l.node, l.pid, l.started_at, l.ended_at
 FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id`)
 	if err != nil {
 		r.t.Fatalf("read the ledger: %v", err)
@@ -35,18 +38,17 @@ FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id`)
 	for rows.Next() {
 		var (
 			e   limitedRun
-			pid int
 			end *time.Time
 		)
-		if err := rows.Scan(&e.task, &e.limitKey, &e.node, &pid, &e.start, &end); err != nil {
+		if err := rows.Scan(&e.task, &e.attempt, &e.limitKey, &e.node, &e.pid, &e.start, &end); err != nil {
 			r.t.Fatalf("read the ledger: %v", err)
 		}
-		stop, killed := deaths[pid]
+		stop, killed := deaths[e.pid]
 		switch {
 		case end != nil:
 			stop = *end
 		case !killed:
-			r.t.Errorf("task %d: an execution by pid %d, which was not killed, has no end", e.task, pid)
+			r.t.Errorf("task %d: an execution by pid %d, which was not killed, has no end", e.task, e.pid)
 			continue
 		}
 		e.stop = stop
@@ -90,41 +92,105 @@ func peakOverlap(execs []limitedRun, limit int) (int, []string) {
 	return peak, over
 }
 
-// busiestWindow returns the most starts that fall in one closed window
-// [t, t+period], and the window's first start. starts are sorted in place.
-func busiestWindow(starts []time.Time, period time.Duration) (int, time.Time) {
-	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-	best, at, j := 0, time.Time{}, 0
-	for i := range starts {
-		// The window starting at starts[i] ends at starts[i]+period; j is
-		// the first start after it.
-		for j < len(starts) && !starts[j].After(starts[i].Add(period)) {
+// busiestWindow returns the starts of runs that fall in the closed window
+// [t, t+period] that holds the most of them. runs are sorted by start in
+// place.
+func busiestWindow(runs []limitedRun, period time.Duration) []limitedRun {
+	slices.SortFunc(runs, func(a, b limitedRun) int { return a.start.Compare(b.start) })
+	var best []limitedRun
+	j := 0
+	for i := range runs {
+		// The window opened by runs[i] ends at its start + period; j is
+		// the first run that starts after it.
+		for j < len(runs) && !runs[j].start.After(runs[i].start.Add(period)) {
 			j++
 		}
-		if n := j - i; n > best {
-			best, at = n, starts[i]
+		if j-i > len(best) {
+			best = runs[i:j]
 		}
 	}
-	return best, at
+	return best
 }
 
-// killBusyAndRestart kills, kills times, a node of nodes that is running
-// tasks with SIGKILL, starts it again under its id once its registration has
-// expired, and waits until it holds its buckets again. It returns the times
-// the nodes took to hold their buckets again.
+// describeStarts lists runs as "start task/attempt on node (pid)", for a
+// failure's message.
+func describeStarts(runs []limitedRun) string {
+	var b strings.Builder
+	for i, e := range runs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s task %d/%d on %s (pid %d)", e.start.Format("15:04:05.000"), e.task, e.attempt, e.node, e.pid)
+	}
+	return b.String()
+}
+
+// killBusyAndRestart kills, kills times, a node of nodes whose live
+// process is running tasks with SIGKILL, starts it again under its id once
+// its registration has expired, and waits until the new process holds
+// every bucket of the node. It returns the times from each kill to that.
+//
+// Both conditions are read by incarnation, not by node id: a task still
+// running in the rows of a process killed before does not make its node
+// busy, and the lapsing leases of the killed process do not count as held,
+// so that each kill hits a process that has taken over and runs tasks.
 func (r *rig) killBusyAndRestart(ctx context.Context, nodes []nodeSpec, kills int) []time.Duration {
 	r.t.Helper()
 	var recoveries []time.Duration
 	for range kills {
-		s := r.busyNode(ctx, nodes)
+		s := r.busyProcess(ctx, nodes)
 		killed := r.kill9(s.id)
 		r.waitUntilGone(s.id)
 		r.start(s)
-		r.waitUntilHeld(s.id, mustSet(r.t, s.buckets), failoverWithin)
+		r.waitUntilHeldByLiveProcess(ctx, s)
 		r.fault(killed, time.Now())
 		recoveries = append(recoveries, time.Since(killed))
 	}
 	return recoveries
+}
+
+// busyProcess waits until the live process of one of nodes runs a task, by
+// the database, and returns that node.
+func (r *rig) busyProcess(ctx context.Context, nodes []nodeSpec) nodeSpec {
+	r.t.Helper()
+	var busy nodeSpec
+	eventually(r.t, failoverWithin, "a live node runs a task", func() bool {
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+		var id string
+		err := r.pool.QueryRow(qctx, `
+SELECT n.id FROM flotilla_tasks t JOIN flotilla_nodes n ON n.incarnation = t.owner
+WHERE t.status = 'running' AND n.stopped_at IS NULL AND n.expires_at > statement_timestamp()
+LIMIT 1`).Scan(&id)
+		if err != nil {
+			return false
+		}
+		for _, s := range nodes {
+			if s.id == id {
+				busy = s
+				return true
+			}
+		}
+		return false
+	})
+	return busy
+}
+
+// waitUntilHeldByLiveProcess waits until the node's live process holds a
+// live lease on every bucket of the node.
+func (r *rig) waitUntilHeldByLiveProcess(ctx context.Context, s nodeSpec) {
+	r.t.Helper()
+	want := mustSet(r.t, s.buckets).Len()
+	var held int
+	eventually(r.t, failoverWithin, "the new process of "+s.id+" holds its buckets", func() bool {
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+		err := r.pool.QueryRow(qctx, `
+SELECT count(*) FROM flotilla_bucket_leases b JOIN flotilla_nodes n ON n.incarnation = b.owner
+WHERE n.id = $1 AND n.stopped_at IS NULL AND n.expires_at > statement_timestamp()
+  AND b.expires_at > statement_timestamp()`, s.id).Scan(&held)
+		return err == nil && held == want
+	})
 }
 
 // limitKeysSpread returns n limit keys named prefix-i, chosen so that the

@@ -57,16 +57,7 @@ func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
 	}
 	// Each kill hits a node that is running tasks, so that some of them
 	// must be rescued and the limit must hold through the rescue.
-	var recoveries []time.Duration
-	for range kills {
-		s := r.busyNode(ctx, threeNodes)
-		killed := r.kill9(s.id)
-		r.waitUntilGone(s.id)
-		r.start(s)
-		r.waitUntilHeld(s.id, mustSet(t, s.buckets), failoverWithin)
-		r.fault(killed, time.Now())
-		recoveries = append(recoveries, time.Since(killed))
-	}
+	recoveries := r.killBusyAndRestart(ctx, threeNodes, kills)
 	r.waitUntilSettled(tasks, settleWithin)
 	fig := r.verify()
 
@@ -152,28 +143,4 @@ FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id`)
 		}
 	}
 	return peak, over
-}
-
-// busyNode waits until one of nodes runs a task, by the database, and
-// returns it.
-func (r *rig) busyNode(ctx context.Context, nodes []nodeSpec) nodeSpec {
-	r.t.Helper()
-	var busy nodeSpec
-	eventually(r.t, failoverWithin, "a node runs a task", func() bool {
-		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		defer cancel()
-		var id string
-		err := r.pool.QueryRow(qctx, `SELECT node FROM flotilla_tasks WHERE status = 'running' LIMIT 1`).Scan(&id)
-		if err != nil {
-			return false
-		}
-		for _, s := range nodes {
-			if s.id == id {
-				busy = s
-				return true
-			}
-		}
-		return false
-	})
-	return busy
 }
