@@ -14,18 +14,19 @@ import (
 )
 
 // TestConcurrencyPerKeyHoldsThroughKillNine: three test workers with
-// disjoint buckets run probe tasks over limit keys, each key limited to 2
-// running at once, while holders are killed with SIGKILL and started
-// again. The probe's ledger must show at no instant more than 2 executions
+// disjoint buckets run 2,000 probe tasks over 50 limit keys, each key
+// limited to 2 running at once, while three holders, each running tasks,
+// are killed with SIGKILL and started again. The probe's ledger must show at no instant more than 2 executions
 // of one key (an execution of a killed process ends when the process is
 // gone), and every task must succeed once (rig.verify).
 func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
 	needsIntegration(t)
 	r := newRig(t)
 	const (
-		tasks = 1200
-		keys  = 30
+		tasks = 2000
+		keys  = 50
 		limit = 2
+		kills = 3
 	)
 	ctx, cancel := context.WithTimeout(t.Context(), settleWithin)
 	defer cancel()
@@ -56,16 +57,7 @@ func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
 	}
 	// Each kill hits a node that is running tasks, so that some of them
 	// must be rescued and the limit must hold through the rescue.
-	var recoveries []time.Duration
-	for range 2 {
-		s := r.busyNode(ctx, threeNodes)
-		killed := r.kill9(s.id)
-		r.waitUntilGone(s.id)
-		r.start(s)
-		r.waitUntilHeld(s.id, mustSet(t, s.buckets), failoverWithin)
-		r.fault(killed, time.Now())
-		recoveries = append(recoveries, time.Since(killed))
-	}
+	recoveries := r.killBusyAndRestart(ctx, threeNodes, kills)
 	r.waitUntilSettled(tasks, settleWithin)
 	fig := r.verify()
 
@@ -151,28 +143,4 @@ FROM probe_ledger l JOIN flotilla_tasks t ON t.id = l.task_id`)
 		}
 	}
 	return peak, over
-}
-
-// busyNode waits until one of nodes runs a task, by the database, and
-// returns it.
-func (r *rig) busyNode(ctx context.Context, nodes []nodeSpec) nodeSpec {
-	r.t.Helper()
-	var busy nodeSpec
-	eventually(r.t, failoverWithin, "a node runs a task", func() bool {
-		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-		defer cancel()
-		var id string
-		err := r.pool.QueryRow(qctx, `SELECT node FROM flotilla_tasks WHERE status = 'running' LIMIT 1`).Scan(&id)
-		if err != nil {
-			return false
-		}
-		for _, s := range nodes {
-			if s.id == id {
-				busy = s
-				return true
-			}
-		}
-		return false
-	})
-	return busy
 }
