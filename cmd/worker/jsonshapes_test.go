@@ -19,7 +19,7 @@ import (
 // shapeFleet is viewFleet with something in every read command's output:
 // a waiting task with a limit key, resources and a wait reason; a
 // cancelled task with its trail; a schedule; limits of every form, one with
-// a holder's share; a pipeline whose second step waits for the first. It
+// a holder's share and a running task; a pipeline whose second step waits for the first. It
 // returns the fleet's DSN and the arguments that run each read command on
 // it.
 func shapeFleet(t *testing.T) (string, map[string][][]string) {
@@ -83,6 +83,13 @@ func shapeFleet(t *testing.T) (string, map[string][][]string) {
 			t.Fatalf("acquire bucket %d: %v %v", tk.Bucket, got, err)
 		}
 		epoch = got[0].Epoch
+	}
+	// A running task of the fleet-limited kind gives limit list a holder.
+	submit("--kind", "train", "--key", "order-3", "--limit-key", "tenant-7")
+	if got, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "live/1", Node: "live",
+		Buckets: []store.HeldBucket{{Bucket: tk.Bucket, Epoch: epoch}}, Kinds: []string{"train"}, Limit: 1,
+		LeaseTTL: time.Hour}); err != nil || len(got) != 1 {
+		t.Fatalf("claim the train task: %v %v", got, err)
 	}
 	if n, err := s.SetWaitReasons(ctx, "live/1", []store.HeldBucket{{Bucket: tk.Bucket, Epoch: epoch}},
 		[]store.WaitReason{{Kind: "fetch", LimitKey: "tenant-7", Reason: "concurrency limit api: tenant-7 at 2/2"}}); err != nil || n != 1 {
