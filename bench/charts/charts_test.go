@@ -201,3 +201,11 @@ func TestBadDataFilesAreRefusedByName(t *testing.T) {
 		t.Errorf("ReadDir of an old comparison file: %v, want its format named", err)
 	}
 }
+
+func TestThousands(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 16: "16", 1000: "1,000", 1_000_000: "1,000,000", -12345.5: "-12,345.5"} {
+		if got := thousands(v); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -86,6 +88,7 @@ func barChart(c *Comparison, title, yLabel string, groups []group, bars []bar) (
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = yLabel
+	p.Y.Tick.Marker = thousandsTicks{}
 	p.Y.Min = 0
 	p.Legend.Top = true
 	names := make([]string, len(keep))
@@ -241,7 +244,23 @@ func seriesChart(s *Series) (*plot.Plot, error) {
 		p.Add(line, points)
 		p.Legend.Add(l.Name, line, points)
 	}
-	if !s.Y.Log {
+	if xs := distinctX(s); len(xs) <= 12 {
+		// Few measured points: label the axis where they are.
+		ticks := make(plot.ConstantTicks, len(xs))
+		for i, x := range xs {
+			ticks[i] = plot.Tick{Value: x, Label: thousands(x)}
+		}
+		p.X.Tick.Marker = ticks
+		if s.X.Log {
+			p.X.Min, p.X.Max = p.X.Min/1.3, p.X.Max*1.3
+		} else {
+			pad := (p.X.Max - p.X.Min) * 0.05
+			p.X.Min, p.X.Max = p.X.Min-pad, p.X.Max+pad
+		}
+	}
+	if s.Y.Log {
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
+	} else {
 		p.Y.Min = 0
 	}
 	// Room above the highest point for the legend (p.Add widened the
@@ -338,4 +357,54 @@ func Render(dataDir, outDir string) ([]string, error) {
 		written = append(written, path)
 	}
 	return written, nil
+}
+
+// distinctX returns the x values of s's points, in order, once each.
+func distinctX(s *Series) []float64 {
+	var xs []float64
+	for _, l := range s.Lines {
+		for _, pt := range l.Points {
+			if !slices.Contains(xs, pt.X) {
+				xs = append(xs, pt.X)
+			}
+		}
+	}
+	slices.Sort(xs)
+	return xs
+}
+
+// thousands formats v with a comma between thousands: 1,000,000.
+func thousands(v float64) string {
+	s := strconv.FormatFloat(v, 'f', -1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	neg := strings.HasPrefix(whole, "-")
+	whole = strings.TrimPrefix(whole, "-")
+	var b strings.Builder
+	for i, r := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+// thousandsTicks are plot's default ticks, labelled with thousands(v).
+type thousandsTicks struct{}
+
+func (thousandsTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = thousands(ts[i].Value)
+		}
+	}
+	return ts
 }
