@@ -37,7 +37,7 @@ RESTART_TEST := TestFaultPostgresRestart
 SQLITE_PASS := ^(TestBadBucketsExitTwo|TestSubmitRefusals|TestWorkerCLIFlagsAfterPositional|TestStopFromAThirdProcess|TestScheduleCLIRefusesBadDefinitions|TestScheduleCLILifecycle|TestTwoWorkersRunEachBucketsTasks|TestAStandbyTakesOverAfterKill9|TestSigtermReleasesBucketsForAStandby|TestASecondProcessWithALiveNodeIDIsRefused|TestStoppingAnExecTaskLeavesNoProcess|TestExecIsRefusedWithoutAnAllowList|TestAStandbyRescuesTheTaskOfAKilledHolder|TestAKilledHoldersTaskOnItsLastAttemptIsLost|TestWorkerReconcileRescuesOnlyUnheldBuckets)$$
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite tidy clean check-postgres
+.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite charts tidy clean check-postgres
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -100,13 +100,16 @@ lint: ## Check gofmt, go vet, staticcheck and that go.mod is tidy
 bench: ## Run the benchmarks
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
-bench-compare: ## Run flotilla and River side by side (bench/; needs PostgreSQL; about 20 minutes)
-	cd bench && $(GO) run ./cmd/compare -runs 3 -idle-jobs 200
+bench-compare: ## Run flotilla and River side by side and redraw docs/charts from the results (bench/; needs PostgreSQL; about 20 minutes)
+	cd bench && $(GO) run ./cmd/compare -runs 3 -idle-jobs 200 -charts ../docs/charts
 
 bench-sqlite: ## flotilla and River side by side on SQLite, and flotilla's start latency on SQLite (bench/; about 15 minutes)
-	cd bench && $(GO) run ./cmd/compare -sqlite -runs 3 -insert-jobs 100000 -burn-jobs 100000
+	cd bench && $(GO) run ./cmd/compare -sqlite -runs 3 -insert-jobs 100000 -burn-jobs 100000 -charts ../docs/charts
 	$(GO) build -o bin/worker ./cmd/worker
 	cd bench && $(GO) run ./cmd/sqlitelatency -worker ../bin/worker -runs 3
+
+charts: ## Redraw the SVG charts of docs/charts from their saved data (docs/charts/data)
+	cd bench && $(GO) run ./cmd/charts -data ../docs/charts/data -out ../docs/charts
 
 tidy: ## Tidy go.mod and go.sum
 	$(GO) mod tidy

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,8 +20,12 @@ import (
 // notifications, and polls every CommandPoll so that a missed notification
 // delays a command by one poll at most.
 //
-// A stop moves the task to stopping (fenced), cancels the handler's context
-// with ErrStopRequested, and leaves the rest to the completion path: the
+// A stop's notification names the attempt it is for (store.CommandNote): its
+// holder cancels the handler's context with ErrStopRequested on the note,
+// before it reads the command. Reading the command then moves the task to
+// stopping (fenced), cancels the handler if the note did not (a missed
+// note, or a stop found by the poll), and leaves the rest to the completion
+// path: the
 // handler returns, its outcome is written as stopped, and the store
 // acknowledges the command in the same statement. A handler still running
 // StopGrace later is abandoned: the task is written stopped and dropped from
@@ -52,13 +55,45 @@ type commander struct {
 	loop        *loop
 }
 
-// concerns reports whether a TopicCommands payload, "<command id>
-// <owner>", may be for this node: its owner is this incarnation, or the task
-// was not active when the command was issued (a claim may have made it
-// ours since). An unreadable payload is assumed to concern us.
-func (c *commander) concerns(payload string) bool {
-	_, owner, ok := strings.Cut(payload, " ")
-	return !ok || owner == "" || owner == c.owner
+// noted handles a TopicCommands notification. A note for another
+// incarnation's task is ignored. A stop for the attempt this incarnation
+// runs cancels its handler at once, before the command is read: the stop is
+// already recorded on the task's row (the note is sent when the issuing
+// transaction commits), so whatever the handler returns now, the store
+// writes stopped (task.Destination), unless it succeeded. The loop is poked
+// in every other case too, and reads, applies and acknowledges the command
+// as it does on its poll; a note is never more than a head start.
+//
+// A note for a task that nobody ran when it was issued (no owner) may be
+// ours since, and so may one that cannot be read (an issuer of an older
+// version); both poke the loop without cancelling anything.
+func (c *commander) noted(payload string) {
+	note, err := store.ParseCommandNote(payload)
+	if err == nil && note.Owner != "" && note.Owner != c.owner {
+		return
+	}
+	if err == nil && note.Kind == store.CommandStop && note.Owner == c.owner {
+		c.cancelNoted(note)
+	}
+	c.loop.poke()
+}
+
+// cancelNoted cancels the handler of the attempt a stop note names, if it
+// is the attempt this node means to finish and its handler is running. A
+// note naming another attempt of the task (an earlier claim, abandoned or
+// finished, or a later one) cancels nothing: claim_seq fences the note as it
+// fences every write.
+func (c *commander) cancelNoted(note store.CommandNote) {
+	a := c.attempts.current(note.TaskID)
+	if a == nil || a.ref != (task.Ref{ID: note.TaskID, ClaimSeq: note.ClaimSeq}) {
+		return
+	}
+	if done, abandoned := a.state(); done || abandoned != nil {
+		return
+	}
+	c.log.Info("stop noted: cancelling the handler; the command is read next",
+		append(a.fields(), zap.Int64("command", note.ID))...)
+	a.cancel(ErrStopRequested)
 }
 
 // run polls every CommandPoll, and at once, until the loop stops.
@@ -111,8 +146,12 @@ func (c *commander) applyCommand(ctx context.Context, cmd store.Command) {
 	}
 }
 
-// applyStop stops an attempt: stopping, then its handler cancelled. The
-// write comes first so that the trail reads running -> stopping -> stopped.
+// applyStop stops an attempt: stopping, then its handler cancelled (unless
+// the stop's note cancelled it already, see noted), and a grace period
+// after which a handler that has not returned is abandoned. When the note
+// came first and the handler returned at once, its outcome may be written
+// before this move: the trail then reads running -> stopped, and this move
+// is fenced.
 func (c *commander) applyStop(ctx context.Context, a *attempt, cmd store.Command) {
 	a.mu.Lock()
 	skip := a.done || a.abandoned != nil || a.stopCommand != 0
@@ -135,6 +174,11 @@ func (c *commander) applyStop(ctx context.Context, a *attempt, cmd store.Command
 		a.mu.Lock()
 		a.stopCommand = 0
 		a.mu.Unlock()
+		return
+	case errors.Is(o.Err, store.ErrFenced) && errors.Is(context.Cause(a.ctx), ErrStopRequested):
+		// The stop's note cancelled the handler, and its outcome (stopped,
+		// acknowledging this command) was written first.
+		c.log.Debug("stop already honoured by the handler's outcome", commandFields(a, cmd)...)
 		return
 	case errors.Is(o.Err, store.ErrFenced):
 		c.log.Warn("stop not applied: fenced, the attempt was superseded", commandFields(a, cmd)...)

@@ -70,9 +70,7 @@ func (n *Node) consume(ctx context.Context, sub store.Subscription) {
 
 func (n *Node) notified(note store.Notification) {
 	if note.Topic == store.TopicCommands {
-		if n.commander.concerns(note.Payload) {
-			n.commander.loop.poke()
-		}
+		n.commander.noted(note.Payload)
 		return
 	}
 	buckets, err := bucket.ParseSet(note.Payload, 0)

@@ -246,7 +246,8 @@ const (
 	// TopicTasks: new tasks became claimable. Payload: the buckets, as a
 	// bucket set string.
 	TopicTasks Topic = "flotilla_tasks"
-	// TopicCommands: a command was issued. Payload: "<command id> <task owner>".
+	// TopicCommands: a command was issued. Payload: a CommandNote, "<command
+	// id> <task owner> <task id> <claim_seq> <kind>".
 	TopicCommands Topic = "flotilla_commands"
 	// TopicBuckets: bucket leases were released. Payload: the buckets.
 	TopicBuckets Topic = "flotilla_buckets"

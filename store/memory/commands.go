@@ -10,7 +10,7 @@ import (
 )
 
 // IssueCommand records a command for a task with the task's current owner,
-// and announces it to listeners as "<command id> <owner>".
+// and announces it to listeners (store.CommandNote).
 func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Command, error) {
 	switch c.Kind {
 	case store.CommandStop, store.CommandPause, store.CommandResume:
@@ -50,7 +50,9 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	}
 	db.commands = append(db.commands, cmd)
 	db.commandsByTask[c.TaskID] = append(db.commandsByTask[c.TaskID], cmd)
-	db.publish(store.TopicCommands, fmt.Sprintf("%d %s", cmd.ID, cmd.Owner))
+	db.publish(store.TopicCommands, store.CommandNote{
+		ID: cmd.ID, Owner: cmd.Owner, TaskID: rec.ID, ClaimSeq: rec.ClaimSeq, Kind: cmd.Kind,
+	}.Payload())
 	return *cmd, nil
 }
 

@@ -17,7 +17,7 @@ const commandColumns = `id, task_id, kind, reason, issued_by, issued_at, owner, 
 // issueLockSQL locks the task a command is for and reads what
 // store.CheckCommandTarget decides on.
 var issueLockSQL = `
-SELECT status, status_version, CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END
+SELECT status, status_version, CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END, claim_seq
 FROM flotilla_tasks WHERE id = $1
 FOR UPDATE`
 
@@ -29,15 +29,17 @@ SET stop_requested = stop_requested OR $2 = 'stop', pause_requested = pause_requ
 WHERE id = $1`
 
 // issueInsertSQL records the command with the task's current owner (none
-// unless the task is active) and announces it on TopicCommands as
-// "<id> <owner>".
+// unless the task is active) and announces it on TopicCommands as a
+// store.CommandNote, "<id> <owner> <task id> <claim_seq> <kind>", with the
+// claim_seq ($6) read under the task's row lock.
 var issueInsertSQL = `
 WITH c AS (
     INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
     VALUES ($1, $2, $3, $4, statement_timestamp(), $5)
     RETURNING ` + commandColumns + `
 ), notified AS (
-    SELECT pg_notify('` + string(store.TopicCommands) + `', id::text || ' ' || coalesce(owner, '')) FROM c
+    SELECT pg_notify('` + string(store.TopicCommands) + `',
+        id::text || ' ' || coalesce(owner, '') || ' ' || task_id::text || ' ' || $6::bigint::text || ' ' || kind) FROM c
 )
 SELECT ` + commandColumns + `, (SELECT count(*) FROM notified) FROM c`
 
@@ -55,11 +57,12 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	var cmd store.Command
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var (
-			status  string
-			version int64
-			owner   pgtype.Text
+			status   string
+			version  int64
+			owner    pgtype.Text
+			claimSeq int64
 		)
-		if err := tx.QueryRow(ctx, issueLockSQL, c.TaskID).Scan(&status, &version, &owner); err != nil {
+		if err := tx.QueryRow(ctx, issueLockSQL, c.TaskID).Scan(&status, &version, &owner, &claimSeq); err != nil {
 			return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
 		}
 		if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
@@ -72,7 +75,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		}
 		var notified int64
 		var err error
-		cmd, err = scanCommand(tx.QueryRow(ctx, issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner), &notified)
+		cmd, err = scanCommand(tx.QueryRow(ctx, issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner, claimSeq), &notified)
 		return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -187,4 +188,29 @@ func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	_ = conn.Close(ctx)
+}
+
+// deliverLocally hands a notification to this Store's own subscriptions to
+// topic at once, as the write it announces has committed: a node that
+// submits through the store it listens on starts its own tasks without
+// waiting for the announcing transaction's round trip and the server's
+// delivery. The same notification still comes through the server, for
+// every other process and again for this one (a second hint, which costs at
+// most one more claim). Called only after the write's commit, never from
+// inside a caller's transaction, whose tasks must not be announced before
+// it commits.
+func (s *Store) deliverLocally(topic store.Topic, payload string) {
+	// s.mu is held while sending: a subscription leaves s.subs under it
+	// before its channel is closed.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sub := range s.subs {
+		if !slices.Contains(sub.topics, topic) {
+			continue
+		}
+		select {
+		case sub.c <- store.Notification{Topic: topic, Payload: payload}:
+		default: // full: dropped, see SubscriptionBuffer
+		}
+	}
 }

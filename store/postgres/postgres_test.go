@@ -251,8 +251,14 @@ func jsonEqual(a, b json.RawMessage) bool {
 
 func TestInsertAndCopyPathsAgree(t *testing.T) {
 	ctx := testContext(t)
-	s := migrated(t, 8)
-	sub, err := s.Listen(ctx, store.TopicTasks)
+	dsn := testdb.New(t)
+	s := open(t, dsn)
+	if _, err := s.Migrate(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	// Listening as another process does: the creating store's own
+	// subscriptions also hear of small batches in-process, a second time.
+	sub, err := open(t, dsn).Listen(ctx, store.TopicTasks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,14 +344,22 @@ func TestInsertAndCopyPathsAgree(t *testing.T) {
 
 func TestListenSurvivesATerminatedConnection(t *testing.T) {
 	ctx := testContext(t)
-	s := migrated(t, 8)
+	dsn := testdb.New(t)
+	s := open(t, dsn)
+	if _, err := s.Migrate(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
 	sub, err := s.Listen(ctx, store.TopicTasks, store.TopicBuckets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
+	// Tasks are created through another store, as by another process: a
+	// store's own subscriptions hear of its tasks without the server, and
+	// only the server's delivery tells whether the connection is back.
+	writer := open(t, dsn)
 
-	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 6}}); err != nil {
+	if _, err := writer.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 6}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := receive(t, sub, store.TopicTasks, 30*time.Second); n.Payload != "6" {
@@ -363,7 +377,7 @@ func TestListenSurvivesATerminatedConnection(t *testing.T) {
 	// until one arrives, as a consumer's polling would.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 7}}); err != nil {
+		if _, err := writer.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 7}}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -755,5 +769,55 @@ func eventuallyWaiting(t *testing.T, s *postgres.Store, n int) {
 			t.Fatalf("fewer than %d statements wait for a lock after 30s (%v)", n, err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A node submits through the store it listens on: its subscription hears of
+// the tasks as CreateTasks returns, without waiting for the server to
+// deliver the notification. Another process's store hears of them through
+// the server.
+func TestASubscriptionHearsOfItsOwnStoresTasksWhenTheyCommit(t *testing.T) {
+	ctx := testContext(t)
+	dsn := testdb.New(t)
+	s := open(t, dsn)
+	if _, err := s.Migrate(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, dsn)
+	own, err := s.Listen(ctx, store.TopicTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	theirs, err := other.Listen(ctx, store.TopicTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Close()
+
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "a", Bucket: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-own.C():
+		if n.Topic != store.TopicTasks || n.Payload != "5" {
+			t.Errorf("own notification %+v, want %s 5", n, store.TopicTasks)
+		}
+	default:
+		t.Fatal("CreateTasks returned before its own store's subscription heard of the task")
+	}
+	if n := receive(t, theirs, store.TopicTasks, 30*time.Second); n.Payload != "5" {
+		t.Errorf("another store's notification %q, want 5", n.Payload)
+	}
+	// A task not yet due is not announced, locally or otherwise.
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "b", Bucket: 6, Delay: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-own.C():
+		if n.Payload != "5" { // the server's copy of the first may still come
+			t.Errorf("notification %+v for a task that is not due", n)
+		}
+	default:
 	}
 }

@@ -325,7 +325,9 @@ func claimableNow(status task.Status, delay time.Duration) bool {
 // (the move happened), and nodes poll anyway, so it is not reported.
 func (s *Store) announce(ctx context.Context, buckets []int) {
 	if len(buckets) > 0 {
-		_, _ = s.pool.Exec(ctx, notifyTasksSQL, bucket.Of(buckets...).String())
+		set := bucket.Of(buckets...).String()
+		s.deliverLocally(store.TopicTasks, set)
+		_, _ = s.pool.Exec(ctx, notifyTasksSQL, set)
 	}
 }
 

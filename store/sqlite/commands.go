@@ -65,7 +65,9 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		if err != nil {
 			return wrap(err, "record the command")
 		}
-		tx.notify(store.TopicCommands, fmt.Sprintf("%d %s", out.ID, out.Owner))
+		tx.notify(store.TopicCommands, store.CommandNote{
+			ID: out.ID, Owner: out.Owner, TaskID: t.ID, ClaimSeq: t.ClaimSeq, Kind: out.Kind,
+		}.Payload())
 		return nil
 	})
 	if err != nil {

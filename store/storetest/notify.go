@@ -68,10 +68,16 @@ func testNotifications(t *testing.T, h Harness) {
 
 	running, _ := b.runningTask("a", 1)
 	b.create(store.NewTask{Key: "k", Bucket: 2, Delay: time.Hour}) // not due: no need to wake anyone
-	if _, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop}); err != nil {
+	cmd, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop})
+	if err != nil {
 		t.Fatal(err)
 	}
-	expect(store.TopicCommands, "a stop")
+	// The note names the attempt the stop is for, so that its holder can
+	// cancel the handler before it reads the command.
+	want := store.CommandNote{ID: cmd.ID, Owner: running.Owner, TaskID: running.ID, ClaimSeq: running.ClaimSeq, Kind: store.CommandStop}
+	if note, err := store.ParseCommandNote(expect(store.TopicCommands, "a stop").Payload); err != nil || note != want {
+		t.Errorf("stop note %+v (%v), want %+v", note, err, want)
+	}
 	if _, err := b.s.ReleaseBuckets(b.ctx, "a", bucket.Set{}); err != nil {
 		t.Fatal(err)
 	}

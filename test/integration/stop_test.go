@@ -10,8 +10,10 @@ import (
 
 // TestStopFromAThirdProcess stops a task running on one worker with
 // `worker stop --wait` from another process: the command reaches the task's
-// holder, which cancels the handler, and the trail reads running ->
-// stopping -> stopped, written by that holder. Tasks that no node runs are
+// holder, which cancels the handler on the command's notification, and the
+// trail reads running -> stopped (or running -> stopping -> stopped when the
+// command was read before the handler's outcome was written), written by
+// that holder. Tasks that no node runs are
 // changed at once; finished and missing tasks get exit statuses 5 and 4.
 func TestStopFromAThirdProcess(t *testing.T) {
 	needsIntegration(t)
@@ -44,8 +46,8 @@ func TestStopFromAThirdProcess(t *testing.T) {
 			t.Errorf("%s written by %q, want a, which ran the task", e.To, e.Node)
 		}
 	}
-	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopping -> stopped") {
-		t.Errorf("trail %s, want ... running -> stopping -> stopped", got)
+	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopped") && !strings.HasSuffix(got, "running -> stopping -> stopped") {
+		t.Errorf("trail %s, want ... running -> stopped or ... running -> stopping -> stopped", got)
 	}
 	// The handler itself saw the cancellation and returned: the stop was
 	// recorded from its outcome, not by abandoning it after the grace.

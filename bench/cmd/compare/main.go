@@ -3,7 +3,9 @@
 // burn-down): the same workloads, one system after the other within each run,
 // each workload of each system in a fresh database. It prints Go benchmark
 // lines that benchstat reads on stdout, and a summary (medians, spread and
-// the flotilla / River ratio against each target) on stderr.
+// the flotilla / River ratio against each target) on stderr. With -charts
+// DIR it saves the results as DIR/data/compare.json and redraws the charts
+// of DIR (package charts); make charts redraws them from the saved data.
 //
 //	go run ./cmd/compare -runs 3 > compare.txt 2> summary.txt
 //	benchstat -col /system compare.txt
@@ -50,6 +52,7 @@ type options struct {
 	cpuProfile   string
 	riverProfile string
 	sqlite       bool
+	charts       string
 }
 
 func main() {
@@ -69,6 +72,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of flotilla's best burn-down in the first run to this file")
 	flag.StringVar(&o.riverProfile, "river-cpuprofile", "", "write a CPU profile of River's best burn-down in the first run to this file")
 	flag.BoolVar(&o.sqlite, "sqlite", false, "run the bulk insert and the burn-down on SQLite files (River's riversqlite) instead of PostgreSQL; needs no -dsn")
+	flag.StringVar(&o.charts, "charts", "", "save the results into DIR/data/compare.json (replacing the saved figures of the workloads run) and redraw the SVG charts of DIR (e.g. ../docs/charts)")
 	flag.Parse()
 	if o.dsn == "" && !o.sqlite {
 		fmt.Fprintln(os.Stderr, "compare: give -dsn or set FLOTILLA_TEST_DSN (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
@@ -84,6 +88,12 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	if o.charts != "" {
+		if err := checkChartsDir(o.charts); err != nil {
+			fmt.Fprintln(os.Stderr, "compare:", err)
+			os.Exit(2)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res := &results{}
@@ -96,6 +106,14 @@ func main() {
 		os.Exit(1)
 	}
 	res.summary(os.Stderr)
+	if o.charts != "" {
+		written, err := saveCharts(o.charts, o.dsn, res)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "compare: charts:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "\ncharts: %s\n", strings.Join(written, " "))
+	}
 }
 
 func (o options) want(workload string) bool {
@@ -444,6 +462,7 @@ func latencyMetrics(p benchmark.Percentiles) (float64, []metric) {
 	return benchmark.Millis(p.P50), []metric{
 		{"p90-ms", benchmark.Millis(p.P90)},
 		{"p99-ms", benchmark.Millis(p.P99)},
+		{"max-ms", benchmark.Millis(p.Max)},
 	}
 }
 

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// CommandNote is what a TopicCommands notification says about the command
+// it announces: enough for the node running the task to act on a stop the
+// moment it hears of it, before it reads the command row. The payload is
+// "<command id> <owner> <task id> <claim_seq> <kind>", the owner empty
+// unless the task was active when the command was issued.
+//
+// The note is a hint, like every notification: the command row is still
+// read, applied under the task's fence and acknowledged. A node acts on a
+// note only for the attempt it names (task id and claim_seq), owned by its
+// own incarnation, so a note that arrives late, after the task moved on, is
+// about an attempt the node no longer runs and changes nothing.
+type CommandNote struct {
+	ID       int64
+	Owner    string
+	TaskID   int64
+	ClaimSeq int64
+	Kind     string
+}
+
+// Payload is the note as sent.
+func (n CommandNote) Payload() string {
+	return fmt.Sprintf("%d %s %d %d %s", n.ID, n.Owner, n.TaskID, n.ClaimSeq, n.Kind)
+}
+
+// ParseCommandNote reads a TopicCommands payload. The owner is taken as
+// everything between the first field and the last three, so an owner with
+// spaces in it reads back whole.
+func ParseCommandNote(payload string) (CommandNote, error) {
+	f := strings.Split(payload, " ")
+	if len(f) < 5 {
+		return CommandNote{}, fmt.Errorf("command note %q: want \"<command id> <owner> <task id> <claim_seq> <kind>\"", payload)
+	}
+	var n CommandNote
+	var err error
+	last := len(f) - 1
+	for _, field := range []struct {
+		name string
+		text string
+		into *int64
+	}{{"command id", f[0], &n.ID}, {"task id", f[last-2], &n.TaskID}, {"claim_seq", f[last-1], &n.ClaimSeq}} {
+		if *field.into, err = strconv.ParseInt(field.text, 10, 64); err != nil {
+			return CommandNote{}, fmt.Errorf("command note %q: %s %q is not an integer", payload, field.name, field.text)
+		}
+	}
+	n.Owner = strings.Join(f[1:last-2], " ")
+	n.Kind = f[last]
+	return n, nil
+}
