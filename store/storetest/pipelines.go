@@ -142,6 +142,59 @@ func testPipelines(t *testing.T, h Harness) {
 		checkTrail(b, stepTask(t, p, "cleanup").ID)
 	})
 
+	t.Run("AStepPausedWhilePendingCountsDownButIsNotReleased", func(t *testing.T) {
+		// A pipeline's pause moves its pending steps to paused. Their
+		// dependencies go on ending: the count goes down and a refused end
+		// still skips, but none is queued until it is resumed, and a resume
+		// of one still waiting sends it back to pending.
+		b := setup(t, h)
+		cleanup := step("cleanup")
+		cleanup.DependsOn = []task.Dependency{{Step: "a", On: task.OnFailure}}
+		p := b.pipeline("paused", step("a"), step("b", "a"), step("c", "b"), cleanup)
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		if got := names(claimed); got != "a" {
+			t.Fatalf("claimed %q, want a", got)
+		}
+		for _, name := range []string{"b", "c", "cleanup"} {
+			st := stepTask(t, p, name)
+			if _, err := b.s.Transition(b.ctx, store.Transition{ID: st.ID, Version: st.StatusVersion, To: task.Paused, Reason: "pause requested"}); err != nil {
+				t.Fatalf("pausing pending step %s: %v", name, err)
+			}
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.statuses(p); got != "a=succeeded b=paused c=paused cleanup=skipped" {
+			t.Fatalf("statuses %s, want b and c paused and cleanup skipped", got)
+		}
+		if got := b.claim("x", held, 10); len(got) != 0 {
+			t.Fatalf("claimed %q while every step left is paused", names(got))
+		}
+		evs := checkTrail(b, stepTask(t, p, "cleanup").ID)
+		if last := evs[len(evs)-1]; last.From != task.Paused || last.To != task.Skipped ||
+			last.Reason != "dependency a ended succeeded; this step runs on failure" {
+			t.Errorf("cleanup's skip is audited as %+v, want paused -> skipped naming a", last)
+		}
+		bt := b.get(stepTask(t, p, "b").ID)
+		if got, err := b.s.Transition(b.ctx, store.Transition{ID: bt.ID, Version: bt.StatusVersion, To: task.Queued, Reason: "resume requested"}); err != nil || got.Status != task.Queued {
+			t.Fatalf("resuming b, whose dependency ended: %v, %v; want queued", got, err)
+		}
+		ct := b.get(stepTask(t, p, "c").ID)
+		if got, err := b.s.Transition(b.ctx, store.Transition{ID: ct.ID, Version: ct.StatusVersion, To: task.Queued, Reason: "resume requested"}); err != nil || got.Status != task.Pending {
+			t.Fatalf("resuming c, whose dependency b has not ended: %v, %v; want pending", got, err)
+		}
+		claimed = b.claim("x", held, 10)
+		if got := names(claimed); got != "b" {
+			t.Fatalf("claimed %q after the resume, want b", got)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.statuses(p); got != "a=succeeded b=succeeded c=queued cleanup=skipped" {
+			t.Fatalf("statuses %s, want c released by b once resumed", got)
+		}
+		for _, s := range b.getPipeline(p.ID).Steps {
+			checkTrail(b, s.Task.ID)
+		}
+	})
+
 	t.Run("ResultsArePassed", func(t *testing.T) {
 		b := setup(t, h)
 		p := b.pipeline("results", step("a"), step("b"), step("c"), step("fanin", "a", "b", "c"))
