@@ -306,6 +306,77 @@ func testPipelines(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("RetryLeavesADescendantThatSucceeded", func(t *testing.T) {
+		// A clean-up step that ran on b's failure succeeded: running b
+		// again does not run it again.
+		b := setup(t, h)
+		cleanup := step("cleanup")
+		cleanup.DependsOn = []task.Dependency{{Step: "b", On: task.OnFailure}}
+		p := b.pipeline("retry", step("a"), step("b", "a"), cleanup, step("c", "b"))
+		b.drive(p, map[string]task.Status{"b": task.Failed})
+		before := b.getPipeline(p.ID)
+		if got := b.statuses(before); got != "a=succeeded b=failed cleanup=succeeded c=skipped" {
+			t.Fatalf("before the retry: %s", got)
+		}
+		after, err := b.s.RetryPipeline(b.ctx, p.ID, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.statuses(after); got != "a=succeeded b=queued cleanup=succeeded c=pending" {
+			t.Fatalf("after the retry: %s", got)
+		}
+		if s, _ := after.Step("cleanup"); s.Tries != 1 || s.Task.ID != stepTask(t, before, "cleanup").ID {
+			t.Errorf("cleanup, which succeeded, was run again: %d tries, task %d", s.Tries, s.Task.ID)
+		}
+	})
+
+	t.Run("ASkippedDependencyIsAcceptedByNoPolicy", func(t *testing.T) {
+		// A step that never ran produced nothing: even a step that runs on
+		// any end, or on failure, of it is skipped.
+		b := setup(t, h)
+		anyEnd, onFailure := step("any"), step("failure")
+		anyEnd.DependsOn = []task.Dependency{{Step: "p", On: task.OnAny}}
+		onFailure.DependsOn = []task.Dependency{{Step: "p", On: task.OnFailure}}
+		p := b.pipeline("skipped", step("g"), step("p", "g"), anyEnd, onFailure)
+		b.drive(p, map[string]task.Status{"g": task.Failed})
+		if got := b.statuses(p); got != "g=failed p=skipped any=skipped failure=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+		for _, name := range []string{"any", "failure"} {
+			evs := checkTrail(b, stepTask(t, p, name).ID)
+			if last := evs[len(evs)-1]; last.Reason != "dependency p was skipped" {
+				t.Errorf("%s skipped with reason %q, want %q", name, last.Reason, "dependency p was skipped")
+			}
+		}
+	})
+
+	t.Run("AStepThatEndedIsNotMovedByItsDependencies", func(t *testing.T) {
+		// c is skipped by the first of its two dependencies to fail, and
+		// only once; d, cancelled while pending, stays cancelled when its
+		// dependency ends.
+		b := setup(t, h)
+		p := b.pipeline("ended", step("a"), step("b"), step("c", "a", "b"), step("d", "a"))
+		d := stepTask(t, p, "d")
+		if _, err := b.s.Transition(b.ctx, store.Transition{ID: d.ID, Version: d.StatusVersion, To: task.Cancelled}); err != nil {
+			t.Fatal(err)
+		}
+		b.drive(p, map[string]task.Status{"a": task.Succeeded, "b": task.Failed})
+		if got := b.statuses(p); got != "a=succeeded b=failed c=skipped d=cancelled" {
+			t.Fatalf("statuses %s", got)
+		}
+		if evs := checkTrail(b, stepTask(t, p, "c").ID); len(evs) != 2 {
+			t.Errorf("c has %d events, want its creation and one skip", len(evs))
+		}
+		p2 := b.pipeline("twice", step("a"), step("b"), step("c", "a", "b"))
+		b.drive(p2, map[string]task.Status{"a": task.Failed, "b": task.Failed})
+		if got := b.statuses(p2); got != "a=failed b=failed c=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+		if evs := checkTrail(b, stepTask(t, p2, "c").ID); len(evs) != 2 {
+			t.Errorf("c, whose two dependencies failed, has %d events, want its creation and one skip", len(evs))
+		}
+	})
+
 	t.Run("InvalidPipelinesWriteNothing", func(t *testing.T) {
 		b := setup(t, h)
 		for name, steps := range map[string][]task.Step{
