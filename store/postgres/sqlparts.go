@@ -280,8 +280,10 @@ func resolveSQL(fin string) string {
                       THEN statement_timestamp() ELSE t.run_at END,
         finished_at = CASE WHEN p.why IS NOT NULL THEN statement_timestamp() END,
         updated_at = statement_timestamp()
+    -- held decided which rows still count down, on the rows it locked:
+    -- the UPDATE moves those rows only, as they were locked.
     FROM plan p JOIN held h ON h.id = p.id
-    WHERE t.id = p.id AND ` + waitsForDependenciesSQL("t") + `
+    WHERE t.id = p.id
     RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, p.epoch, h.status AS old_status,
               coalesce(p.why, '` + store.ReasonDependenciesMet + `') AS reason, ''::text AS err, p.ev_node
 ), released_ev AS (
