@@ -2,6 +2,7 @@ package flotilla
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -74,36 +75,98 @@ func (c *Client) RetryPipeline(ctx context.Context, id int64, from string) (stor
 	return c.store.RetryPipeline(ctx, id, from)
 }
 
-// StopPipeline stops every unfinished step of a pipeline through the
-// existing paths: a step that waits (pending, queued, retrying, paused) is
-// cancelled, and its dependents are skipped; a running one gets a stop
-// command. It answers one result per step it acted on; a step that ended
-// meanwhile is left as it ended.
-func (c *Client) StopPipeline(ctx context.Context, id int64, reason, issuedBy string) ([]commands.Result, error) {
-	p, err := c.store.GetPipeline(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	var out []commands.Result
-	for _, s := range p.Steps {
-		if s.Task.Status.Terminal() {
-			continue
-		}
-		r, err := c.Stop(ctx, s.Task.ID, reason, issuedBy)
-		if err != nil {
-			if errIsFinished(ctx, c, s.Task.ID) {
-				continue // ended on its own, or skipped by an earlier stop
-			}
-			return out, fmt.Errorf("stop step %s (task %d) of pipeline %d: %w", s.Name, s.Task.ID, id, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+// PipelineStepResult is what a request for a whole pipeline did to one of
+// its steps.
+type PipelineStepResult struct {
+	Step string
+	commands.Result
 }
 
-// errIsFinished reports whether task id has ended, so that a stop refused
-// for it came too late rather than failed.
-func errIsFinished(ctx context.Context, c *Client, id int64) bool {
-	t, err := c.store.GetTask(ctx, id)
-	return err == nil && t.Status.Terminal()
+// StopPipeline stops every unfinished step of a pipeline through the
+// existing paths (Client.Stop): a step that waits (pending, queued,
+// scheduled, retrying, paused) is cancelled, and its pending dependents are
+// skipped; a running one gets a stop command. Finished steps are left as
+// they ended. It answers one result per step it acted on; a step that ended
+// meanwhile is left as it ended. A missing pipeline matches
+// store.ErrNotFound.
+func (c *Client) StopPipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandStop, func(s store.PipelineStep) (commands.Result, error) {
+		return c.Stop(ctx, s.Task.ID, reason, issuedBy)
+	})
+}
+
+// PausePipeline pauses every unfinished step of a pipeline through the
+// existing paths (Client.Pause): a step that waits to run (queued,
+// scheduled, retrying) is paused at once; a pending one too, and it goes on
+// counting its dependencies down (one that ends in a way its policy refuses
+// still skips it) but is not released until it is resumed; a running one
+// gets a pause command and pauses at its handler's next checkpoint (a
+// handler that never checkpoints finishes, and its dependents, paused, wait).
+// Steps are visited dependencies first, and the pipeline is read again until
+// no new unfinished step appears, so that a step released or appended
+// while the pause went on is paused too.
+func (c *Client) PausePipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandPause, func(s store.PipelineStep) (commands.Result, error) {
+		if s.Task.Status == task.Stopping {
+			// Being stopped: it ends stopped, which a pause cannot change.
+			return commands.Result{TaskID: s.Task.ID, Kind: store.CommandPause, From: s.Task.Status, Status: s.Task.Status}, nil
+		}
+		return c.Pause(ctx, s.Task.ID, reason, issuedBy)
+	})
+}
+
+// ResumePipeline resumes every paused step of a pipeline (Client.Resume): a
+// step whose dependencies have all ended is queued (scheduled when it still
+// waits for its run_at), one that still waits for some goes back to
+// pending, decided by the store on the step's locked row so that a
+// dependency ending at the same moment is counted once. Steps that are not
+// paused are left alone; one still pausing pauses at its checkpoint after
+// this returns and needs another resume.
+func (c *Client) ResumePipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandResume, func(s store.PipelineStep) (commands.Result, error) {
+		if s.Task.Status != task.Paused {
+			return commands.Result{}, errNotActedOn
+		}
+		return c.Resume(ctx, s.Task.ID, reason, issuedBy)
+	})
+}
+
+// errNotActedOn is what a step's action answers for a step it leaves alone.
+var errNotActedOn = errors.New("step left as it is")
+
+// eachUnfinishedStep applies act to each unfinished step of pipeline id,
+// dependencies first, reading the pipeline again until a reading shows no
+// unfinished step it has not visited. A step whose request failed because
+// it ended meanwhile (or changed to a state the request does not apply
+// to) is left out of the results.
+func (c *Client) eachUnfinishedStep(ctx context.Context, id int64, kind string,
+	act func(store.PipelineStep) (commands.Result, error)) ([]PipelineStepResult, error) {
+	visited := map[int64]bool{}
+	var out []PipelineStepResult
+	for {
+		p, err := c.store.GetPipeline(ctx, id)
+		if err != nil {
+			return out, fmt.Errorf("%s pipeline %d: %w", kind, id, err)
+		}
+		fresh := false
+		for _, s := range p.Steps {
+			if s.Task.Status.Terminal() || visited[s.Task.ID] {
+				continue
+			}
+			visited[s.Task.ID], fresh = true, true
+			r, err := act(s)
+			var tooLate *commands.TooLateError
+			var state *commands.StateError
+			switch {
+			case errors.Is(err, errNotActedOn), errors.As(err, &tooLate), errors.As(err, &state):
+				continue // ended, or moved on, since the pipeline was read
+			case err != nil:
+				return out, fmt.Errorf("%s step %s (task %d) of pipeline %d: %w", kind, s.Name, s.Task.ID, id, err)
+			}
+			out = append(out, PipelineStepResult{Step: s.Name, Result: r})
+		}
+		if !fresh {
+			return out, nil
+		}
+	}
 }

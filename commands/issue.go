@@ -53,10 +53,12 @@ func Stop(ctx context.Context, s store.Store, id int64, reason, issuedBy string)
 	})
 }
 
-// Pause pauses a task: one that waits to run (scheduled, queued, retrying)
-// becomes paused at once; a running one gets a pause command, and its
-// handler is paused at its next checkpoint (task.Task.Checkpoint). A handler
-// that never checkpoints just finishes.
+// Pause pauses a task: one that waits to run (pending, scheduled, queued,
+// retrying) becomes paused at once; a running one gets a pause command, and
+// its handler is paused at its next checkpoint (task.Task.Checkpoint). A
+// handler that never checkpoints just finishes. A pipeline step paused while
+// pending goes on counting its dependencies down, but only a resume queues
+// it.
 func Pause(ctx context.Context, s store.Store, id int64, reason, issuedBy string) (Result, error) {
 	return decide(ctx, s, id, store.CommandPause, reason, issuedBy, func(t *task.Task) (action, error) {
 		switch t.Status {
@@ -64,19 +66,21 @@ func Pause(ctx context.Context, s store.Store, id int64, reason, issuedBy string
 			return done, nil
 		case task.Running:
 			return issue, nil
-		case task.Scheduled, task.Queued, task.Retrying:
+		case task.Pending, task.Scheduled, task.Queued, task.Retrying:
 			return moveTo(task.Paused), nil
 		}
 		if t.Status.Terminal() {
 			return done, &TooLateError{ID: t.ID, Status: t.Status}
 		}
 		return done, &StateError{ID: t.ID, Kind: store.CommandPause, Status: t.Status,
-			Want: "only a scheduled, queued, retrying or running task can be paused"}
+			Want: "only a pending, scheduled, queued, retrying or running task can be paused"}
 	})
 }
 
 // Resume queues a paused task again; its next attempt sees the progress it
-// saved. It involves no node.
+// saved. It involves no node. A pipeline step paused while it waited for
+// dependencies that have not all ended goes back to pending (the store
+// decides on the locked row: task.ResumeDestination).
 //
 // A task paused while it waited for its run_at (a delay, a retry's backoff)
 // keeps waiting for it: it is scheduled again for the time that is left.

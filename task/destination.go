@@ -30,6 +30,18 @@ func Destination(t *Task, want Status) (Status, error) {
 	return want, nil
 }
 
+// ResumeDestination is where a paused task asked to move to want goes when
+// it still waits for depsLeft dependencies: a pipeline step paused while it
+// was pending is resumed to pending, not queued or scheduled, so that it
+// runs only once its last dependency ends and releases it. Every store
+// decides this on the row it has locked, with the count it holds there.
+func ResumeDestination(from, want Status, depsLeft int) Status {
+	if from == Paused && depsLeft > 0 && (want == Queued || want == Scheduled) {
+		return Pending
+	}
+	return want
+}
+
 // attemptEnds are the states an attempt can end in other than success:
 // every state the table reaches from an active state that is not active.
 var attemptEnds = func() map[Status]bool {

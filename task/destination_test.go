@@ -35,3 +35,23 @@ func TestDestinationAppliesThePendingRequests(t *testing.T) {
 		t.Errorf("queued -> succeeded: %v, want a *TransitionError (requests apply to active tasks only)", err)
 	}
 }
+
+func TestResumeDestinationSendsAWaitingStepBackToPending(t *testing.T) {
+	cases := []struct {
+		from, want Status
+		depsLeft   int
+		to         Status
+	}{
+		{Paused, Queued, 2, Pending},
+		{Paused, Scheduled, 1, Pending},
+		{Paused, Queued, 0, Queued},
+		{Paused, Scheduled, 0, Scheduled},
+		{Paused, Cancelled, 3, Cancelled},
+		{Queued, Paused, 0, Paused},
+	}
+	for _, c := range cases {
+		if got := ResumeDestination(c.from, c.want, c.depsLeft); got != c.to {
+			t.Errorf("ResumeDestination(%s, %s, %d) = %s, want %s", c.from, c.want, c.depsLeft, got, c.to)
+		}
+	}
+}

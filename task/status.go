@@ -33,7 +33,10 @@ const (
 // transitions is the whole state machine: the states each state may move to.
 // Terminal states have no entry.
 var transitions = map[Status][]Status{
-	Pending:   {Queued, Scheduled, Skipped, Cancelled},
+	// A pending step is paused with its pipeline and keeps its count of
+	// dependencies left; one that ends in a way its policy refuses skips
+	// it while paused, as it would while pending.
+	Pending:   {Queued, Scheduled, Skipped, Cancelled, Paused},
 	Scheduled: {Running, Paused, Cancelled},
 	Queued:    {Running, Paused, Cancelled},
 	// Running may end paused: an attempt that ends with a retry or a
@@ -45,8 +48,10 @@ var transitions = map[Status][]Status{
 	// reconcile, exactly as it does from running.
 	Pausing: {Paused, Succeeded, Failed, TimedOut, Retrying, Lost, Stopping, Stopped},
 	// A resumed task whose run_at is still ahead (it was paused while it
-	// waited for its delay or its retry's backoff) is scheduled, not queued.
-	Paused:   {Queued, Scheduled, Cancelled},
+	// waited for its delay or its retry's backoff) is scheduled, not queued;
+	// a pipeline step paused while it waited for dependencies that have not
+	// all ended goes back to pending (ResumeDestination).
+	Paused:   {Queued, Scheduled, Cancelled, Pending, Skipped},
 	Retrying: {Running, Paused, Cancelled},
 }
 

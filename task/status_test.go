@@ -13,13 +13,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // expected is DESIGN §4 written out a second time, pair by pair, so that a
 // change to the table in status.go is caught here.
 var expected = map[Status]string{
-	Pending:   "queued scheduled skipped cancelled",
+	Pending:   "queued scheduled skipped cancelled paused",
 	Scheduled: "running paused cancelled",
 	Queued:    "running paused cancelled",
 	Running:   "succeeded failed timed_out retrying stopping pausing stopped lost queued paused",
 	Stopping:  "stopped succeeded",
 	Pausing:   "paused succeeded failed timed_out retrying lost stopping stopped",
-	Paused:    "queued scheduled cancelled",
+	Paused:    "queued scheduled cancelled pending skipped",
 	Retrying:  "running paused cancelled",
 }
 

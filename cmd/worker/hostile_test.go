@@ -167,6 +167,14 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		{"stop wait zero timeout", d("stop", "1", "--wait", "--timeout", "0s"), 2, []string{"--timeout 0s is not positive"}},
 		{"pause missing", d("pause", "999999"), 4, []string{"999999"}},
 		{"resume two ids", d("resume", "1", "2"), 2, []string{"one task ID, got 2"}},
+		// pipeline stop, pause, resume
+		{"pipeline stop zero", d("pipeline", "stop", "0"), 2, []string{`pipeline ID "0" is not a positive integer`}},
+		{"pipeline pause control characters", d("pipeline", "pause", "7\x1b[2J"), 2, []string{`pipeline ID "7\x1b[2J"`}},
+		{"pipeline resume two ids", d("pipeline", "resume", "1", "2"), 2, []string{"one pipeline ID, got 2"}},
+		{"pipeline stop reason control", d("pipeline", "stop", "1", "--reason", "a\rb"), 2, []string{`--reason "a\rb"`, "U+000D"}},
+		{"pipeline stop missing", d("pipeline", "stop", "999999"), 4, []string{"pipeline 999999"}},
+		{"pipeline pause missing", d("pipeline", "pause", "999999"), 4, []string{"pipeline 999999"}},
+		{"pipeline resume missing", d("pipeline", "resume", "999999"), 4, []string{"pipeline 999999"}},
 		// list
 		{"list limit 0", d("list", "--limit", "0"), 2, []string{"--limit 0 is out of range"}},
 		{"list limit negative", d("list", "--limit", "-3"), 2, []string{"--limit -3"}},

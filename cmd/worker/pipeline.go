@@ -89,13 +89,91 @@ func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error)
 func pipelineCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "pipeline",
-		Usage: "submit, show and retry pipelines: tasks that wait for other tasks",
+		Usage: "submit, show, retry, stop, pause and resume pipelines: tasks that wait for other tasks",
 		Subcommands: []*cli.Command{
 			pipelineSubmitCommand(),
 			pipelineGetCommand(),
 			pipelineRetryCommand(),
+			pipelineControlCommand("stop",
+				"stop every unfinished step: waiting ones are cancelled at once, running ones are stopped by their node",
+				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
+					return c.StopPipeline(cc.Context, id, reason, by)
+				}),
+			pipelineControlCommand("pause",
+				"pause every unfinished step: waiting and pending ones at once, running ones at their next checkpoint",
+				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
+					return c.PausePipeline(cc.Context, id, reason, by)
+				}),
+			pipelineControlCommand("resume",
+				"resume every paused step: queued if its dependencies have ended, else pending again",
+				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
+					return c.ResumePipeline(cc.Context, id, reason, by)
+				}),
 		},
 	}
+}
+
+// pipelineControlAction is what pipeline stop, pause and resume do through
+// the client.
+type pipelineControlAction func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error)
+
+// pipelineControlCommand is `worker pipeline stop|pause|resume ID`: the
+// per-task request applied to each step it concerns, one line per step
+// acted on.
+func pipelineControlCommand(name, usage string, act pipelineControlAction) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "ID",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "reason", Usage: "why, recorded in each step's audit trail"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			id, err := pipelineID(c)
+			if err != nil {
+				return err
+			}
+			if err := checkNameFlag(c, "reason", false); err != nil {
+				return err
+			}
+			client, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			rs, err := act(client, c, id, c.String("reason"), requester())
+			if err != nil {
+				return classifyControl(err)
+			}
+			out := pipelineControlJSON{Pipeline: id, Steps: []pipelineStepControlJSON{}}
+			for _, r := range rs {
+				out.Steps = append(out.Steps, pipelineStepControlJSON{Step: r.Step, controlJSON: newControlJSON(r.Result)})
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, out)
+			}
+			if len(out.Steps) == 0 {
+				fmt.Fprintf(c.App.Writer, "pipeline %d: no step to %s\n", id, name)
+			}
+			for _, s := range out.Steps {
+				fmt.Fprintf(c.App.Writer, "%s: %s\n", s.Step, s.line())
+			}
+			return nil
+		},
+	}
+}
+
+// pipelineControlJSON is the answer of pipeline stop, pause and resume: one
+// entry per step acted on.
+type pipelineControlJSON struct {
+	Pipeline int64                     `json:"pipeline"`
+	Steps    []pipelineStepControlJSON `json:"steps"`
+}
+
+type pipelineStepControlJSON struct {
+	Step string `json:"step"`
+	controlJSON
 }
 
 func pipelineSubmitCommand() *cli.Command {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -48,5 +50,79 @@ func TestPipelineCommandsRefuseBadArguments(t *testing.T) {
 		if _, stderr, code := runWorker(t, append(args, "--dsn", "postgres://nobody@127.0.0.1:1/none")...); code != exitInvalid {
 			t.Errorf("%v: exit %d (%s), want %d", args, code, stderr, exitInvalid)
 		}
+	}
+}
+
+// pipeline pause, resume and stop print what they did to each step, and
+// leave finished steps alone. No node runs here: the steps wait, so each
+// request is applied at once (the command channel to a running step is
+// covered by the client's tests and the integration test).
+func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
+	withoutDSNEnv(t)
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "fleet.db")
+	if _, stderr, code := runWorker(t, "migrate", "--dsn", dsn); code != exitOK {
+		t.Fatal(stderr)
+	}
+	file := filepath.Join(t.TempDir(), "p.json")
+	body := `{"name": "ops", "tasks": [{"name": "a", "kind": "noop"},
+		{"name": "b", "kind": "noop", "depends_on": ["a"]}, {"name": "c", "kind": "noop", "depends_on": ["b"]}]}`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runWorker(t, "pipeline", "submit", file, "--allow-unowned", "--json", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatal(stderr)
+	}
+	var p pipelineJSON
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(p.ID, 10)
+	taskOf := map[string]string{}
+	for _, s := range p.Tasks {
+		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
+	}
+	expect := func(args []string, want ...string) {
+		t.Helper()
+		stdout, stderr, code := runWorker(t, append(args, "--dsn", dsn)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("%v printed\n%s\nwant\n%s", args, stdout, strings.Join(want, "\n"))
+		}
+	}
+	expect([]string{"pipeline", "pause", id, "--reason", "maintenance"},
+		"a: task "+taskOf["a"]+": paused (was queued)",
+		"b: task "+taskOf["b"]+": paused (was pending)",
+		"c: task "+taskOf["c"]+": paused (was pending)")
+	stdout, stderr, code = runWorker(t, "pipeline", "resume", id, "--json", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatal(stderr)
+	}
+	var resumed pipelineControlJSON
+	if err := json.Unmarshal([]byte(stdout), &resumed); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range resumed.Steps {
+		got = append(got, s.Step+"="+s.From+"->"+s.Status)
+	}
+	if strings.Join(got, " ") != "a=paused->queued b=paused->pending c=paused->pending" || resumed.Pipeline != p.ID {
+		t.Errorf("resume answered %s for pipeline %d", got, resumed.Pipeline)
+	}
+	// a's cancel skips b and c in the same write: nothing is left to stop.
+	expect([]string{"pipeline", "stop", id}, "a: task "+taskOf["a"]+": cancelled (was queued)")
+	expect([]string{"pipeline", "pause", id}, "pipeline "+id+": no step to pause")
+	stdout, _, _ = runWorker(t, "pipeline", "get", id, "--json", "--dsn", dsn)
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, s := range p.Tasks {
+		got = append(got, s.Name+"="+string(s.Status))
+	}
+	if strings.Join(got, " ") != "a=cancelled b=skipped c=skipped" {
+		t.Errorf("after the stop: %s", got)
 	}
 }

@@ -133,11 +133,12 @@ func (db *database) createSteps(p *pipelineRecord, steps []task.Step, m moveDeta
 // resolveDependents is called by move when a pipeline task ends: each
 // pending task that depends on it has one dependency fewer to wait for; it
 // is skipped, with its descendants, when the end is not one its policy
-// accepts, and queued when it was the last one.
+// accepts, and queued when it was the last one. A step paused while pending
+// counts down and is skipped alike, but is not queued: resuming it does.
 func (db *database) resolveDependents(rec *taskRecord, m moveDetails, now time.Time) {
 	for _, e := range db.dependents[rec.ID] {
 		child := db.task(e.task)
-		if child.Status != task.Pending {
+		if !waitsForDependencies(child) {
 			continue
 		}
 		child.depsLeft--
@@ -146,10 +147,16 @@ func (db *database) resolveDependents(rec *taskRecord, m moveDetails, now time.T
 			db.move(child, task.Skipped, moveDetails{
 				reason: store.DependencyEndReason(e.step, rec.Status, e.on), node: m.node, epoch: m.epoch,
 			}, now)
-		case child.depsLeft == 0:
+		case child.depsLeft == 0 && child.Status == task.Pending:
 			db.move(child, task.Queued, moveDetails{reason: store.ReasonDependenciesMet, node: m.node, epoch: m.epoch}, now)
 		}
 	}
+}
+
+// waitsForDependencies reports whether rec still counts its dependencies
+// down: it is pending, or was paused while pending with some left.
+func waitsForDependencies(rec *taskRecord) bool {
+	return rec.Status == task.Pending || (rec.Status == task.Paused && rec.depsLeft > 0)
 }
 
 // checkAppend checks steps that rec's attempt appends.

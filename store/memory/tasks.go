@@ -305,9 +305,11 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 
 // destination decides where a requested move out of rec's state goes,
 // reading the pending requests from the task itself, as the PostgreSQL
-// store reads them from the locked row (task.Destination).
+// store reads them from the locked row (task.Destination), and sending a
+// resumed step that still waits for dependencies back to pending
+// (task.ResumeDestination).
 func (db *database) destination(rec *taskRecord, to task.Status) (task.Status, error) {
-	return task.Destination(&rec.Task, to)
+	return task.Destination(&rec.Task, task.ResumeDestination(rec.Status, to, rec.depsLeft))
 }
 
 // moveDetails is what a transition records besides its destination.

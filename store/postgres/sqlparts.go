@@ -139,6 +139,14 @@ func stopDestinationSQL(want string) string {
       ELSE ` + want + ` END`
 }
 
+// resumeDestinationSQL is task.ResumeDestination for a locked task row t:
+// a paused pipeline step that still waits for dependencies, asked to move
+// to queued or scheduled, goes back to pending.
+func resumeDestinationSQL(want string) string {
+	return `(CASE WHEN t.status = 'paused' AND t.deps_left > 0 AND ` + want + ` IN ('queued', 'scheduled')
+      THEN 'pending' ELSE ` + want + ` END)`
+}
+
 // movedAllowedSQL says whether the move from old to dest, requested as want,
 // may be made: the table allows it ($from and $to are the table's pairs,
 // allowedFrom and allowedTo), or it is a stop-wins redirect.
@@ -220,6 +228,13 @@ func attemptIsCurrentSQL(t, wantSeq, owner, leaseCond string) string {
 // the UPDATE waits for that transaction and applies to what it left. Tasks
 // outside pipelines have no pipeline_id, so fin is empty for them and none
 // of this reads a row.
+//
+// A step paused while pending (deps_left > 0) counts down and is skipped
+// alike, but stays paused when its last dependency ends: resuming it queues
+// it. held locks the rows first and reads their status as it is then, so
+// that the audit event of a skip names the state it left, pending or
+// paused, even when a pause or resume committed while this statement
+// waited for the row.
 func resolveSQL(fin string) string {
 	return `fin AS (
     SELECT f.* FROM (` + fin + `) f
@@ -246,23 +261,41 @@ func resolveSQL(fin string) string {
            coalesce(dm.ev_node, dr.ev_node) AS ev_node, coalesce(dm.epoch, dr.epoch) AS epoch
     FROM (SELECT id, min(why) AS why, min(ev_node) AS ev_node, min(epoch) AS epoch FROM doomed GROUP BY id) dm
     FULL JOIN direct dr ON dr.id = dm.id
+), held AS (
+    SELECT t.id, t.status
+    FROM flotilla_tasks t JOIN plan p ON p.id = t.id
+    WHERE ` + waitsForDependenciesSQL("t") + ` AND EXISTS (SELECT 1 FROM fin)
+    FOR UPDATE OF t
 ), released AS (
     UPDATE flotilla_tasks t SET
         status = CASE WHEN p.why IS NOT NULL THEN 'skipped'
+                      WHEN t.status = 'paused' THEN 'paused'
                       WHEN t.deps_left - p.n <= 0 THEN 'queued'
                       ELSE 'pending' END,
-        status_version = t.status_version + CASE WHEN p.why IS NOT NULL OR t.deps_left - p.n <= 0 THEN 1 ELSE 0 END,
+        status_version = t.status_version + CASE WHEN p.why IS NOT NULL
+                                                   OR (t.status = 'pending' AND t.deps_left - p.n <= 0)
+                                                 THEN 1 ELSE 0 END,
         deps_left = greatest(t.deps_left - p.n, 0),
-        run_at = CASE WHEN p.why IS NULL AND t.deps_left - p.n <= 0 THEN statement_timestamp() ELSE t.run_at END,
+        run_at = CASE WHEN p.why IS NULL AND t.status = 'pending' AND t.deps_left - p.n <= 0
+                      THEN statement_timestamp() ELSE t.run_at END,
         finished_at = CASE WHEN p.why IS NOT NULL THEN statement_timestamp() END,
         updated_at = statement_timestamp()
-    FROM plan p
-    WHERE t.id = p.id AND t.status = 'pending' AND EXISTS (SELECT 1 FROM fin)
-    RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, p.epoch, 'pending'::text AS old_status,
+    -- held decided which rows still count down, on the rows it locked:
+    -- the UPDATE moves those rows only, as they were locked.
+    FROM plan p JOIN held h ON h.id = p.id
+    WHERE t.id = p.id
+    RETURNING t.id, t.bucket, t.status, t.status_version, t.attempt, p.epoch, h.status AS old_status,
               coalesce(p.why, '` + store.ReasonDependenciesMet + `') AS reason, ''::text AS err, p.ev_node
 ), released_ev AS (
-    ` + eventInsertSQL(`released WHERE status <> 'pending'`) + `
+    ` + eventInsertSQL(`released WHERE status <> old_status`) + `
 )`
+}
+
+// waitsForDependenciesSQL says whether task row t still counts its
+// dependencies down: it is pending, or was paused while pending with some
+// left.
+func waitsForDependenciesSQL(t string) string {
+	return `(` + t + `.status = 'pending' OR (` + t + `.status = 'paused' AND ` + t + `.deps_left > 0))`
 }
 
 // acceptsSQL is task.Accepts in SQL: whether a dependency that ended in

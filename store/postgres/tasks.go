@@ -480,7 +480,7 @@ WITH RECURSIVE cur AS (
                 SELECT 1 FROM flotilla_bucket_leases l
                 WHERE l.bucket = t.bucket AND l.owner = $10::text AND l.epoch = $11::bigint
                   AND l.expires_at > statement_timestamp())) AS guard_ok,
-           ` + stopDestinationSQL("$3::text") + ` AS dest,
+           ` + stopDestinationSQL(resumeDestinationSQL("$3::text")) + ` AS dest,
            $5::text AS err, $8::bigint AS delay_us
     FROM flotilla_tasks t
     WHERE t.id = $1

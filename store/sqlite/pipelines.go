@@ -226,17 +226,20 @@ func (tx *wtx) task(id int64, fresh *task.Task) (*task.Task, error) {
 	return t, nil
 }
 
-// dependentsSQL reads the pending dependents of a task that ends.
+// dependentsSQL reads the dependents of a task that ends which still count
+// their dependencies down: pending, or paused while pending.
 const dependentsSQL = `SELECT d.task_id, d.dep_step, d.on_policy
 FROM flotilla_task_deps d JOIN flotilla_tasks c ON c.id = d.task_id
-WHERE d.dep_id = ? AND c.status = 'pending'
+WHERE d.dep_id = ? AND (c.status = 'pending' OR (c.status = 'paused' AND c.deps_left > 0))
 ORDER BY d.task_id`
 
 // resolveDependents is called by move when a pipeline task ends, inside the
 // same transaction: each pending task that depends on it has one
 // dependency fewer to wait for; it is skipped, with its descendants, when
 // the end is not one its policy accepts, and queued when it was the last
-// one. The move's node and epoch are recorded on these moves.
+// one. A step paused while pending counts down and is skipped alike, but is
+// not queued: resuming it does. The move's node and epoch are recorded on
+// these moves.
 func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 	type edge struct {
 		task     int64
@@ -264,7 +267,7 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 		if err != nil {
 			return err
 		}
-		if child.Status != task.Pending {
+		if child.Status != task.Pending && child.Status != task.Paused {
 			continue // skipped meanwhile by another of its dependencies
 		}
 		var left int
@@ -277,7 +280,7 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 			err = move(tx, child, task.Skipped, moveDetails{
 				reason: store.DependencyEndReason(e.step, t.Status, e.on), node: m.node, epoch: m.epoch,
 			})
-		case left == 0:
+		case left == 0 && child.Status == task.Pending:
 			err = move(tx, child, task.Queued, moveDetails{reason: store.ReasonDependenciesMet, node: m.node, epoch: m.epoch})
 		}
 		if err != nil {

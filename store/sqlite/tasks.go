@@ -501,7 +501,11 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 					t.ID, g.Owner, t.Bucket, g.Epoch, store.ErrFenced)
 			}
 		}
-		to, err := destination(t, tr.To)
+		want, err := resumeDestination(tx, t, tr.To)
+		if err != nil {
+			return err
+		}
+		to, err := destination(t, want)
 		if err != nil {
 			return err
 		}
@@ -523,6 +527,21 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 // reading the pending requests from the row itself (task.Destination).
 func destination(t *task.Task, to task.Status) (task.Status, error) {
 	return task.Destination(t, to)
+}
+
+// resumeDestination sends a paused pipeline step that still waits for
+// dependencies back to pending when it is resumed (task.ResumeDestination),
+// reading its count in the writer's transaction, which every decrement
+// goes through.
+func resumeDestination(tx *wtx, t *task.Task, want task.Status) (task.Status, error) {
+	if t.Status != task.Paused || t.Pipeline == 0 {
+		return want, nil
+	}
+	var left int
+	if err := tx.queryRow(`SELECT deps_left FROM flotilla_tasks WHERE id = ?`, t.ID).Scan(&left); err != nil {
+		return "", wrap(err, "dependencies left of task %d", t.ID)
+	}
+	return task.ResumeDestination(t.Status, want, left), nil
 }
 
 // moveDetails is what a transition records besides its destination.

@@ -142,6 +142,59 @@ func testPipelines(t *testing.T, h Harness) {
 		checkTrail(b, stepTask(t, p, "cleanup").ID)
 	})
 
+	t.Run("AStepPausedWhilePendingCountsDownButIsNotReleased", func(t *testing.T) {
+		// A pipeline's pause moves its pending steps to paused. Their
+		// dependencies go on ending: the count goes down and a refused end
+		// still skips, but none is queued until it is resumed, and a resume
+		// of one still waiting sends it back to pending.
+		b := setup(t, h)
+		cleanup := step("cleanup")
+		cleanup.DependsOn = []task.Dependency{{Step: "a", On: task.OnFailure}}
+		p := b.pipeline("paused", step("a"), step("b", "a"), step("c", "b"), cleanup)
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		if got := names(claimed); got != "a" {
+			t.Fatalf("claimed %q, want a", got)
+		}
+		for _, name := range []string{"b", "c", "cleanup"} {
+			st := stepTask(t, p, name)
+			if _, err := b.s.Transition(b.ctx, store.Transition{ID: st.ID, Version: st.StatusVersion, To: task.Paused, Reason: "pause requested"}); err != nil {
+				t.Fatalf("pausing pending step %s: %v", name, err)
+			}
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.statuses(p); got != "a=succeeded b=paused c=paused cleanup=skipped" {
+			t.Fatalf("statuses %s, want b and c paused and cleanup skipped", got)
+		}
+		if got := b.claim("x", held, 10); len(got) != 0 {
+			t.Fatalf("claimed %q while every step left is paused", names(got))
+		}
+		evs := checkTrail(b, stepTask(t, p, "cleanup").ID)
+		if last := evs[len(evs)-1]; last.From != task.Paused || last.To != task.Skipped ||
+			last.Reason != "dependency a ended succeeded; this step runs on failure" {
+			t.Errorf("cleanup's skip is audited as %+v, want paused -> skipped naming a", last)
+		}
+		bt := b.get(stepTask(t, p, "b").ID)
+		if got, err := b.s.Transition(b.ctx, store.Transition{ID: bt.ID, Version: bt.StatusVersion, To: task.Queued, Reason: "resume requested"}); err != nil || got.Status != task.Queued {
+			t.Fatalf("resuming b, whose dependency ended: %v, %v; want queued", got, err)
+		}
+		ct := b.get(stepTask(t, p, "c").ID)
+		if got, err := b.s.Transition(b.ctx, store.Transition{ID: ct.ID, Version: ct.StatusVersion, To: task.Queued, Reason: "resume requested"}); err != nil || got.Status != task.Pending {
+			t.Fatalf("resuming c, whose dependency b has not ended: %v, %v; want pending", got, err)
+		}
+		claimed = b.claim("x", held, 10)
+		if got := names(claimed); got != "b" {
+			t.Fatalf("claimed %q after the resume, want b", got)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.statuses(p); got != "a=succeeded b=succeeded c=queued cleanup=skipped" {
+			t.Fatalf("statuses %s, want c released by b once resumed", got)
+		}
+		for _, s := range b.getPipeline(p.ID).Steps {
+			checkTrail(b, s.Task.ID)
+		}
+	})
+
 	t.Run("ResultsArePassed", func(t *testing.T) {
 		b := setup(t, h)
 		p := b.pipeline("results", step("a"), step("b"), step("c"), step("fanin", "a", "b", "c"))
@@ -250,6 +303,77 @@ func testPipelines(t *testing.T, h Harness) {
 		b.drive(after, nil)
 		if got := b.getPipeline(p.ID); got.Status() != store.PipelineSucceeded {
 			t.Errorf("after the retried steps ran: %s (%s)", got.Status(), b.statuses(got))
+		}
+	})
+
+	t.Run("RetryLeavesADescendantThatSucceeded", func(t *testing.T) {
+		// A clean-up step that ran on b's failure succeeded: running b
+		// again does not run it again.
+		b := setup(t, h)
+		cleanup := step("cleanup")
+		cleanup.DependsOn = []task.Dependency{{Step: "b", On: task.OnFailure}}
+		p := b.pipeline("retry", step("a"), step("b", "a"), cleanup, step("c", "b"))
+		b.drive(p, map[string]task.Status{"b": task.Failed})
+		before := b.getPipeline(p.ID)
+		if got := b.statuses(before); got != "a=succeeded b=failed cleanup=succeeded c=skipped" {
+			t.Fatalf("before the retry: %s", got)
+		}
+		after, err := b.s.RetryPipeline(b.ctx, p.ID, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.statuses(after); got != "a=succeeded b=queued cleanup=succeeded c=pending" {
+			t.Fatalf("after the retry: %s", got)
+		}
+		if s, _ := after.Step("cleanup"); s.Tries != 1 || s.Task.ID != stepTask(t, before, "cleanup").ID {
+			t.Errorf("cleanup, which succeeded, was run again: %d tries, task %d", s.Tries, s.Task.ID)
+		}
+	})
+
+	t.Run("ASkippedDependencyIsAcceptedByNoPolicy", func(t *testing.T) {
+		// A step that never ran produced nothing: even a step that runs on
+		// any end, or on failure, of it is skipped.
+		b := setup(t, h)
+		anyEnd, onFailure := step("any"), step("failure")
+		anyEnd.DependsOn = []task.Dependency{{Step: "p", On: task.OnAny}}
+		onFailure.DependsOn = []task.Dependency{{Step: "p", On: task.OnFailure}}
+		p := b.pipeline("skipped", step("g"), step("p", "g"), anyEnd, onFailure)
+		b.drive(p, map[string]task.Status{"g": task.Failed})
+		if got := b.statuses(p); got != "g=failed p=skipped any=skipped failure=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+		for _, name := range []string{"any", "failure"} {
+			evs := checkTrail(b, stepTask(t, p, name).ID)
+			if last := evs[len(evs)-1]; last.Reason != "dependency p was skipped" {
+				t.Errorf("%s skipped with reason %q, want %q", name, last.Reason, "dependency p was skipped")
+			}
+		}
+	})
+
+	t.Run("AStepThatEndedIsNotMovedByItsDependencies", func(t *testing.T) {
+		// c is skipped by the first of its two dependencies to fail, and
+		// only once; d, cancelled while pending, stays cancelled when its
+		// dependency ends.
+		b := setup(t, h)
+		p := b.pipeline("ended", step("a"), step("b"), step("c", "a", "b"), step("d", "a"))
+		d := stepTask(t, p, "d")
+		if _, err := b.s.Transition(b.ctx, store.Transition{ID: d.ID, Version: d.StatusVersion, To: task.Cancelled}); err != nil {
+			t.Fatal(err)
+		}
+		b.drive(p, map[string]task.Status{"a": task.Succeeded, "b": task.Failed})
+		if got := b.statuses(p); got != "a=succeeded b=failed c=skipped d=cancelled" {
+			t.Fatalf("statuses %s", got)
+		}
+		if evs := checkTrail(b, stepTask(t, p, "c").ID); len(evs) != 2 {
+			t.Errorf("c has %d events, want its creation and one skip", len(evs))
+		}
+		p2 := b.pipeline("twice", step("a"), step("b"), step("c", "a", "b"))
+		b.drive(p2, map[string]task.Status{"a": task.Failed, "b": task.Failed})
+		if got := b.statuses(p2); got != "a=failed b=failed c=skipped" {
+			t.Fatalf("statuses %s", got)
+		}
+		if evs := checkTrail(b, stepTask(t, p2, "c").ID); len(evs) != 2 {
+			t.Errorf("c, whose two dependencies failed, has %d events, want its creation and one skip", len(evs))
 		}
 	})
 

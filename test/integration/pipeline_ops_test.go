@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// TestPipelineStopReachesAStepRunningOnAWorker stops a pipeline from the
+// command line while one of its steps runs on a `worker run` process: the
+// running step is stopped by that process through the command channel
+// (running -> stopping -> stopped, written by it), the step waiting for it
+// is cancelled at once, and the step that had finished is left as it was.
+func TestPipelineStopReachesAStepRunningOnAWorker(t *testing.T) {
+	needsIntegration(t)
+	f := newFleet(t)
+	low := mustSet(t, "0-31")
+	f.worker("run", "--buckets", "0-31", "--node-id", "a")
+	f.waitUntilHeld("a", low, startWithin)
+
+	p, err := f.client.SubmitPipeline(t.Context(), flotilla.PipelineRequest{
+		Name: "ops", Key: keyIn(t, f.policy, low, "ops"),
+		Steps: []task.Step{
+			{Name: "first", Kind: "noop"},
+			{Name: "long", Kind: "sleep", Payload: []byte(`{"duration":"1h"}`), DependsOn: []task.Dependency{{Step: "first"}}},
+			{Name: "after", Kind: "noop", DependsOn: []task.Dependency{{Step: "long"}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]int64{}
+	for _, s := range p.Steps {
+		ids[s.Name] = s.Task.ID
+	}
+	f.waitForTask(ids["long"], "running", func(tk *task.Task) bool { return tk.Status == task.Running })
+
+	stdout, stderr, code := f.cli("pipeline", "stop", fmt.Sprint(p.ID), "--reason", "test")
+	if code != 0 {
+		t.Fatalf("worker pipeline stop exited %d: %s", code, stderr)
+	}
+	want := []string{
+		fmt.Sprintf("long: task %d: stop requested (command", ids["long"]),
+		fmt.Sprintf("after: task %d: cancelled (was pending)", ids["after"]),
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("worker pipeline stop printed %q, want one line for long and one for after", stdout)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d is %q, want it to start with %q", i, lines[i], w)
+		}
+	}
+
+	r := f.waitForTask(ids["long"], "stopped", func(tk *task.Task) bool { return tk.Status == task.Stopped })
+	var trail []string
+	for _, e := range r.Events {
+		trail = append(trail, string(e.To))
+		if (e.To == task.Stopping || e.To == task.Stopped) && e.Node != "a" {
+			t.Errorf("long: %s written by %q, want a, which ran it", e.To, e.Node)
+		}
+	}
+	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopping -> stopped") {
+		t.Errorf("long's trail %s, want ... running -> stopping -> stopped", got)
+	}
+	if got := f.mustGet(ids["first"]).Task.Status; got != task.Succeeded {
+		t.Errorf("first is %s after the stop, want succeeded as it ended", got)
+	}
+	if got := f.mustGet(ids["after"]).Task.Status; got != task.Cancelled {
+		t.Errorf("after is %s, want cancelled", got)
+	}
+
+	stdout, stderr, code = f.cli("pipeline", "stop", fmt.Sprint(p.ID))
+	if code != 0 || stdout != fmt.Sprintf("pipeline %d: no step to stop\n", p.ID) {
+		t.Errorf("a second stop: exit %d, %q %q; want nothing to stop", code, stdout, stderr)
+	}
+	if _, _, code := f.cli("pipeline", "stop", "999999"); code != 4 {
+		t.Errorf("stop of a missing pipeline: exit %d, want 4", code)
+	}
+	if _, _, code := f.cli("pipeline", "stop", "nope"); code != 2 {
+		t.Errorf("stop of a bad id: exit %d, want 2", code)
+	}
+}
