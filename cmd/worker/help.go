@@ -138,6 +138,18 @@ var examples = map[string][2]string{
 		"worker pipeline retry 42 --from report",
 		"worker pipeline retry 42 --from fetch --json",
 	},
+	"pipeline stop": {
+		"worker pipeline stop 42 --reason \"bad input file\"",
+		"worker pipeline stop 42 --json    # one entry per step acted on",
+	},
+	"pipeline pause": {
+		"worker pipeline pause 42",
+		"worker pipeline pause 42 --reason \"database maintenance\" --json",
+	},
+	"pipeline resume": {
+		"worker pipeline resume 42",
+		"worker pipeline resume 42 --json",
+	},
 	"ui": {
 		"worker ui    # read-only, on 127.0.0.1:8089",
 		"worker ui --listen 127.0.0.1:9000 --token-file /etc/flotilla/ui-token",

@@ -144,7 +144,7 @@ func pipelineControlCommand(name, usage string, act pipelineControlAction) *cli.
 			defer client.Close()
 			rs, err := act(client, c, id, c.String("reason"), requester())
 			if err != nil {
-				return classifyControl(err)
+				return err
 			}
 			out := pipelineControlJSON{Pipeline: id, Steps: []pipelineStepControlJSON{}}
 			for _, r := range rs {
