@@ -295,8 +295,14 @@ func TestAStopsDeliveryIsTimedAndTheBucketsAreUnheldAfterShutdown(t *testing.T) 
 		n, _ := value(b.scrape(t), "flotilla_command_delivery_seconds", "command", "stop")
 		return got.Status == task.Stopped && n == 1, fmt.Sprintf("task %s, %v deliveries", got.Status, n)
 	})
-	if got, _ := value(b.scrape(t), "flotilla_transitions_total", "from", "stopping", "to", "stopped"); got != 1 {
-		t.Errorf("stopping -> stopped transitions: %v, want 1", got)
+	// The stop's note cancels the handler before the command is read, so the
+	// handler's outcome may be written before the move to stopping: the
+	// trail then goes from running straight to stopped.
+	fams = b.scrape(t)
+	viaStopping, _ := value(fams, "flotilla_transitions_total", "from", "stopping", "to", "stopped")
+	direct, _ := value(fams, "flotilla_transitions_total", "from", "running", "to", "stopped")
+	if viaStopping+direct != 1 {
+		t.Errorf("transitions to stopped: %v from stopping and %v from running, want 1 in all", viaStopping, direct)
 	}
 
 	if err := b.node.Shutdown(b.ctx); err != nil {

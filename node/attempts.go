@@ -49,6 +49,9 @@ type attempt struct {
 	// stopGrace abandons the handler if it has not returned in time.
 	stopCommand int64
 	stopGrace   clock.Timer
+	// stopNoted is set when a stop's notification cancelled the handler,
+	// before the command was read: the stop's delivery is timed then, once.
+	stopNoted bool
 	// leaseTimer fires at the task lease's local deadline: the moment,
 	// on this process's clock, after which the database may consider the
 	// lease expired and a rescue may move the task on.

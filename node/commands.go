@@ -88,11 +88,18 @@ func (c *commander) cancelNoted(note store.CommandNote) {
 	if a == nil || a.ref != (task.Ref{ID: note.TaskID, ClaimSeq: note.ClaimSeq}) {
 		return
 	}
-	if done, abandoned := a.state(); done || abandoned != nil {
+	a.mu.Lock()
+	skip := a.done || a.abandoned != nil || a.stopNoted
+	a.stopNoted = true
+	a.mu.Unlock()
+	if skip {
 		return
 	}
 	c.log.Info("stop noted: cancelling the handler; the command is read next",
 		append(a.fields(), zap.Int64("command", note.ID))...)
+	// The handler's outcome may acknowledge the command before this node
+	// reads it, so the delivery is timed here, from the note's issue time.
+	c.metrics.CommandApplied(note.Kind, c.clock.Now().Sub(note.IssuedAt))
 	a.cancel(ErrStopRequested)
 }
 
@@ -190,7 +197,13 @@ func (c *commander) applyStop(ctx context.Context, a *attempt, cmd store.Command
 		return
 	}
 	c.log.Info("stopping task: cancelling its handler", append(commandFields(a, cmd), zap.String("status", string(o.Status)))...)
-	c.metrics.CommandApplied(cmd.Kind, c.clock.Now().Sub(cmd.IssuedAt))
+	a.mu.Lock()
+	noted := a.stopNoted
+	a.stopNoted = true
+	a.mu.Unlock()
+	if !noted {
+		c.metrics.CommandApplied(cmd.Kind, c.clock.Now().Sub(cmd.IssuedAt))
+	}
 	a.cancel(ErrStopRequested)
 	a.mu.Lock()
 	if !a.done {

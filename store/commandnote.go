@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CommandNote is what a TopicCommands notification says about the command
 // it announces: enough for the node running the task to act on a stop the
 // moment it hears of it, before it reads the command row. The payload is
-// "<command id> <owner> <task id> <claim_seq> <kind>", the owner empty
-// unless the task was active when the command was issued.
+// "<command id> <owner> <task id> <claim_seq> <kind> <issued at>", the owner
+// empty unless the task was active when the command was issued, the issue
+// time in microseconds since the Unix epoch, by the store's clock (the
+// node times the command's delivery from it, as it does from the row's).
 //
 // The note is a hint, like every notification: the command row is still
 // read, applied under the task's fence and acknowledged. A node acts on a
@@ -23,34 +26,38 @@ type CommandNote struct {
 	TaskID   int64
 	ClaimSeq int64
 	Kind     string
+	IssuedAt time.Time
 }
 
 // Payload is the note as sent.
 func (n CommandNote) Payload() string {
-	return fmt.Sprintf("%d %s %d %d %s", n.ID, n.Owner, n.TaskID, n.ClaimSeq, n.Kind)
+	return fmt.Sprintf("%d %s %d %d %s %d", n.ID, n.Owner, n.TaskID, n.ClaimSeq, n.Kind, n.IssuedAt.UnixMicro())
 }
 
 // ParseCommandNote reads a TopicCommands payload. The owner is taken as
-// everything between the first field and the last three, so an owner with
+// everything between the first field and the last four, so an owner with
 // spaces in it reads back whole.
 func ParseCommandNote(payload string) (CommandNote, error) {
 	f := strings.Split(payload, " ")
-	if len(f) < 5 {
-		return CommandNote{}, fmt.Errorf("command note %q: want \"<command id> <owner> <task id> <claim_seq> <kind>\"", payload)
+	if len(f) < 6 {
+		return CommandNote{}, fmt.Errorf("command note %q: want \"<command id> <owner> <task id> <claim_seq> <kind> <issued at>\"", payload)
 	}
 	var n CommandNote
 	var err error
+	var issued int64
 	last := len(f) - 1
 	for _, field := range []struct {
 		name string
 		text string
 		into *int64
-	}{{"command id", f[0], &n.ID}, {"task id", f[last-2], &n.TaskID}, {"claim_seq", f[last-1], &n.ClaimSeq}} {
+	}{{"command id", f[0], &n.ID}, {"task id", f[last-3], &n.TaskID}, {"claim_seq", f[last-2], &n.ClaimSeq},
+		{"issue time", f[last], &issued}} {
 		if *field.into, err = strconv.ParseInt(field.text, 10, 64); err != nil {
 			return CommandNote{}, fmt.Errorf("command note %q: %s %q is not an integer", payload, field.name, field.text)
 		}
 	}
-	n.Owner = strings.Join(f[1:last-2], " ")
-	n.Kind = f[last]
+	n.Owner = strings.Join(f[1:last-3], " ")
+	n.Kind = f[last-1]
+	n.IssuedAt = time.UnixMicro(issued)
 	return n, nil
 }

@@ -51,7 +51,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	db.commands = append(db.commands, cmd)
 	db.commandsByTask[c.TaskID] = append(db.commandsByTask[c.TaskID], cmd)
 	db.publish(store.TopicCommands, store.CommandNote{
-		ID: cmd.ID, Owner: cmd.Owner, TaskID: rec.ID, ClaimSeq: rec.ClaimSeq, Kind: cmd.Kind,
+		ID: cmd.ID, Owner: cmd.Owner, TaskID: rec.ID, ClaimSeq: rec.ClaimSeq, Kind: cmd.Kind, IssuedAt: cmd.IssuedAt,
 	}.Payload())
 	return *cmd, nil
 }

@@ -30,8 +30,8 @@ WHERE id = $1`
 
 // issueInsertSQL records the command with the task's current owner (none
 // unless the task is active) and announces it on TopicCommands as a
-// store.CommandNote, "<id> <owner> <task id> <claim_seq> <kind>", with the
-// claim_seq ($6) read under the task's row lock.
+// store.CommandNote, "<id> <owner> <task id> <claim_seq> <kind> <issued at
+// µs>", with the claim_seq ($6) read under the task's row lock.
 var issueInsertSQL = `
 WITH c AS (
     INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
@@ -39,7 +39,8 @@ WITH c AS (
     RETURNING ` + commandColumns + `
 ), notified AS (
     SELECT pg_notify('` + string(store.TopicCommands) + `',
-        id::text || ' ' || coalesce(owner, '') || ' ' || task_id::text || ' ' || $6::bigint::text || ' ' || kind) FROM c
+        id::text || ' ' || coalesce(owner, '') || ' ' || task_id::text || ' ' || $6::bigint::text || ' ' || kind
+            || ' ' || floor(extract(epoch FROM issued_at) * 1000000)::bigint::text) FROM c
 )
 SELECT ` + commandColumns + `, (SELECT count(*) FROM notified) FROM c`
 

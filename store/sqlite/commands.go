@@ -66,7 +66,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 			return wrap(err, "record the command")
 		}
 		tx.notify(store.TopicCommands, store.CommandNote{
-			ID: out.ID, Owner: out.Owner, TaskID: t.ID, ClaimSeq: t.ClaimSeq, Kind: out.Kind,
+			ID: out.ID, Owner: out.Owner, TaskID: t.ID, ClaimSeq: t.ClaimSeq, Kind: out.Kind, IssuedAt: out.IssuedAt,
 		}.Payload())
 		return nil
 	})

@@ -74,8 +74,13 @@ func testNotifications(t *testing.T, h Harness) {
 	}
 	// The note names the attempt the stop is for, so that its holder can
 	// cancel the handler before it reads the command.
-	want := store.CommandNote{ID: cmd.ID, Owner: running.Owner, TaskID: running.ID, ClaimSeq: running.ClaimSeq, Kind: store.CommandStop}
-	if note, err := store.ParseCommandNote(expect(store.TopicCommands, "a stop").Payload); err != nil || note != want {
+	// It carries the command's issue time, to the microsecond, so that the
+	// node times the stop's delivery when it acts on the note alone.
+	want := store.CommandNote{ID: cmd.ID, Owner: running.Owner, TaskID: running.ID, ClaimSeq: running.ClaimSeq, Kind: store.CommandStop,
+		IssuedAt: cmd.IssuedAt.Truncate(time.Microsecond)}
+	if note, err := store.ParseCommandNote(expect(store.TopicCommands, "a stop").Payload); err != nil || note.ID != want.ID ||
+		note.Owner != want.Owner || note.TaskID != want.TaskID || note.ClaimSeq != want.ClaimSeq || note.Kind != want.Kind ||
+		!note.IssuedAt.Equal(want.IssuedAt) {
 		t.Errorf("stop note %+v (%v), want %+v", note, err, want)
 	}
 	if _, err := b.s.ReleaseBuckets(b.ctx, "a", bucket.Set{}); err != nil {
