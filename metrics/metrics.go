@@ -65,6 +65,8 @@ type Metrics struct {
 	fired           prometheus.Counter
 	missedTicks     prometheus.Counter
 	sampleErrors    prometheus.Counter
+	pruned          *prometheus.CounterVec
+	pruneErrors     prometheus.Counter
 
 	mu     sync.Mutex
 	node   *node.Node
@@ -155,6 +157,10 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		Help: "Schedule ticks skipped because nobody served their bucket in time."})
 	m.sampleErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sample_errors_total",
 		Help: "Samples of the database-backed gauges that failed."})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tasks_pruned_total",
+		Help: "Finished tasks removed by retention, by final state."}, []string{"status"})
+	m.pruneErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "prune_errors_total",
+		Help: "Retention batches that failed (a bucket lost meanwhile is not counted)."})
 	err := errors.Join(
 		reg.Register(m.claimBatch), reg.Register(m.claimDuration), reg.Register(m.claimErrors),
 		reg.Register(m.wait), reg.Register(m.run), reg.Register(m.transitions),
@@ -163,6 +169,7 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		reg.Register(m.renewalFailures), reg.Register(m.taskLeasesLost), reg.Register(m.taskLeasesBusy),
 		reg.Register(m.commandLatency), reg.Register(m.firingLag), reg.Register(m.fired),
 		reg.Register(m.missedTicks), reg.Register(m.sampleErrors), reg.Register(gauges{m}),
+		reg.Register(m.pruned), reg.Register(m.pruneErrors),
 	)
 	if err != nil {
 		return nil, err
@@ -295,4 +302,16 @@ func (m *Metrics) ScheduleAdvanced(fired bool, lag time.Duration, missed int) {
 		m.firingLag.Observe(max(lag, 0).Seconds())
 	}
 	m.missedTicks.Add(float64(missed))
+}
+
+// Pruned implements node.Metrics.
+func (m *Metrics) Pruned(_ int, res store.PruneResult, err error) {
+	switch {
+	case errors.Is(err, store.ErrFenced):
+	case err != nil:
+		m.pruneErrors.Inc()
+	}
+	for st, c := range res.ByStatus {
+		m.pruned.WithLabelValues(string(st)).Add(float64(c.Tasks))
+	}
 }

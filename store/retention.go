@@ -55,6 +55,15 @@ type Retention struct {
 // DefaultRetention keeps finished tasks for DefaultAges, whatever their kind.
 func DefaultRetention() Retention { return Retention{Ages: DefaultAges()} }
 
+// KeepForever prunes nothing: every final state's age is 0.
+func KeepForever() Retention {
+	out := Retention{Ages: Ages{}}
+	for st := range DefaultAges() {
+		out.Ages[st] = 0
+	}
+	return out
+}
+
 // WithDefaults fills the final states r.Ages leaves out with DefaultAges, so
 // that naming one state's age keeps the defaults of the others. An explicit
 // 0 stays: it keeps forever.
