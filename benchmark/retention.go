@@ -23,6 +23,10 @@ type SustainedConfig struct {
 	Duration time.Duration
 	Sample   time.Duration
 	Node     node.Config
+	// Vacuum runs a plain VACUUM of the task and event tables after each
+	// sample, as an autovacuum that keeps up would: the space of pruned
+	// rows is then reused by new ones.
+	Vacuum bool
 }
 
 // SizeSample is one reading during a sustained run.
@@ -37,10 +41,16 @@ type SizeSample struct {
 	ClaimPerTask time.Duration
 	// Done counts the tasks that succeeded so far.
 	Done int64
+	// DeadTasks is the task table's dead row versions, and Vacuums the
+	// vacuums of it so far (autovacuum's and the run's), as
+	// pg_stat_user_tables says.
+	DeadTasks, Vacuums int64
 }
 
 const sizesSQL = `SELECT (SELECT count(*) FROM flotilla_tasks), pg_table_size('flotilla_tasks'),
-	pg_indexes_size('flotilla_tasks'), pg_total_relation_size('flotilla_task_events')`
+	pg_indexes_size('flotilla_tasks'), pg_total_relation_size('flotilla_task_events'),
+	n_dead_tup, vacuum_count + autovacuum_count
+	FROM pg_stat_user_tables WHERE relname = 'flotilla_tasks'`
 
 // Sustained runs cfg against s, whose database pool reads the sizes, and
 // returns the samples, the last taken once the load has stopped and the
@@ -65,8 +75,14 @@ func Sustained(ctx context.Context, s Store, pool *pgxpool.Pool, cfg SustainedCo
 	sample := func(at time.Duration) error {
 		var sm SizeSample
 		sm.At = at
-		if err := pool.QueryRow(ctx, sizesSQL).Scan(&sm.Tasks, &sm.TaskBytes, &sm.TaskIndexBytes, &sm.EventBytes); err != nil {
+		if err := pool.QueryRow(ctx, sizesSQL).Scan(&sm.Tasks, &sm.TaskBytes, &sm.TaskIndexBytes, &sm.EventBytes,
+			&sm.DeadTasks, &sm.Vacuums); err != nil {
 			return fmt.Errorf("table sizes: %w", err)
+		}
+		if cfg.Vacuum {
+			if _, err := pool.Exec(ctx, `VACUUM flotilla_tasks, flotilla_task_events`); err != nil {
+				return fmt.Errorf("vacuum: %w", err)
+			}
 		}
 		now := counting.counts()
 		d := CallCounts{ClaimedTasks: now.ClaimedTasks - last.ClaimedTasks, ClaimTime: now.ClaimTime - last.ClaimTime}

@@ -40,31 +40,37 @@ func TestSustainedLoadWithRetentionPrunesAndWithoutKeepsEverything(t *testing.T)
 // BenchmarkSustainedRetention is the table-size curve of a scaled
 // "24-hour-equivalent" run: a steady load of no-op tasks on one node, with
 // retention (succeeded tasks kept 20 s, the default's 24 h scaled down
-// 4,320 times; a pass every 5 s) against without. Each op is one run of
+// 4,320 times; a pass every 5 s) against without, and with a VACUUM after
+// each sample, as an autovacuum that keeps up would run. Each op is one run of
 // the whole load; the samples are logged as CSV, for docs/benchmarks.md.
 //
 //	go test -run '^$' -bench SustainedRetention -benchtime 1x -timeout 30m -v ./benchmark/
 func BenchmarkSustainedRetention(b *testing.B) {
-	for _, keep := range []bool{true, false} {
-		name := "retention=on"
-		ret := store.Retention{Ages: store.Ages{"succeeded": 20 * time.Second}}
-		if keep {
-			name, ret = "retention=off", store.KeepForever()
-		}
-		b.Run(name, func(b *testing.B) {
+	on := store.Retention{Ages: store.Ages{"succeeded": 20 * time.Second}}
+	for _, c := range []struct {
+		name   string
+		ret    store.Retention
+		vacuum bool
+	}{
+		{"retention=off", store.KeepForever(), false},
+		{"retention=on", on, false},
+		{"retention=on/vacuum=each_sample", on, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
 				tb := setup(b, 64)
 				samples, err := benchmark.Sustained(tb.ctx, tb.store, tb.store.Pool(), benchmark.SustainedConfig{
 					Rate: 500, Duration: 3 * time.Minute, Sample: 10 * time.Second,
-					Node: node.Config{Retention: ret, PruneInterval: 5 * time.Second}})
+					Node: node.Config{Retention: c.ret, PruneInterval: 5 * time.Second}, Vacuum: c.vacuum})
 				if err != nil {
 					b.Fatal(err)
 				}
 				var csv strings.Builder
-				csv.WriteString("\nseconds,done,rows,task_mb,task_index_mb,event_mb,claim_us_per_task\n")
+				csv.WriteString("\nseconds,done,rows,dead_rows,vacuums,task_mb,task_index_mb,event_mb,claim_us_per_task\n")
 				for _, s := range samples {
-					fmt.Fprintf(&csv, "%.0f,%d,%d,%.1f,%.1f,%.1f,%.0f\n", s.At.Seconds(), s.Done, s.Tasks,
-						mb(s.TaskBytes), mb(s.TaskIndexBytes), mb(s.EventBytes), float64(s.ClaimPerTask.Microseconds()))
+					fmt.Fprintf(&csv, "%.0f,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.0f\n", s.At.Seconds(), s.Done, s.Tasks,
+						s.DeadTasks, s.Vacuums, mb(s.TaskBytes), mb(s.TaskIndexBytes), mb(s.EventBytes),
+						float64(s.ClaimPerTask.Microseconds()))
 				}
 				b.Log(csv.String())
 				last := samples[len(samples)-1]
