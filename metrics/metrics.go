@@ -69,6 +69,8 @@ type Metrics struct {
 	limitClosed     *prometheus.GaugeVec
 	limitShare      *prometheus.GaugeVec
 	limitClosures   *prometheus.CounterVec
+	pruned          *prometheus.CounterVec
+	pruneErrors     prometheus.Counter
 
 	mu     sync.Mutex
 	node   *node.Node
@@ -174,6 +176,10 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		Help: "This node's share of a fleet-wide limit, by limit."}, []string{"limit"})
 	m.limitClosures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_closures_total",
 		Help: "Times a limit closed a limit key that was open at the refresh before, by limit."}, []string{"limit"})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tasks_pruned_total",
+		Help: "Finished tasks removed by retention, by final state."}, []string{"status"})
+	m.pruneErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "prune_errors_total",
+		Help: "Retention batches that failed (a bucket lost meanwhile is not counted)."})
 	err := errors.Join(
 		reg.Register(m.limitRunning), reg.Register(m.limitClosed), reg.Register(m.limitShare),
 		reg.Register(m.limitClosures),
@@ -184,6 +190,7 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		reg.Register(m.renewalFailures), reg.Register(m.taskLeasesLost), reg.Register(m.taskLeasesBusy),
 		reg.Register(m.commandLatency), reg.Register(m.firingLag), reg.Register(m.fired),
 		reg.Register(m.missedTicks), reg.Register(m.sampleErrors), reg.Register(gauges{m}),
+		reg.Register(m.pruned), reg.Register(m.pruneErrors),
 	)
 	if err != nil {
 		return nil, err
@@ -342,4 +349,16 @@ func (m *Metrics) ScheduleAdvanced(fired bool, lag time.Duration, missed int) {
 		m.firingLag.Observe(max(lag, 0).Seconds())
 	}
 	m.missedTicks.Add(float64(missed))
+}
+
+// Pruned implements node.Metrics.
+func (m *Metrics) Pruned(_ int, res store.PruneResult, err error) {
+	switch {
+	case errors.Is(err, store.ErrFenced):
+	case err != nil:
+		m.pruneErrors.Inc()
+	}
+	for st, c := range res.ByStatus {
+		m.pruned.WithLabelValues(string(st)).Add(float64(c.Tasks))
+	}
 }

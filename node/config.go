@@ -54,6 +54,11 @@ const (
 	// DefaultStopGrace is how long a stopped handler has to return after
 	// its context is cancelled before the node abandons it.
 	DefaultStopGrace = 10 * time.Second
+	// DefaultPruneInterval is how often, on average, the node prunes the
+	// finished tasks of the buckets it holds (Config.Retention).
+	DefaultPruneInterval = time.Minute
+	// DefaultPruneBatch is the most tasks one prune statement removes.
+	DefaultPruneBatch = store.DefaultPruneBatch
 )
 
 // Config configures a Node. Build it with the zero values you do not care
@@ -149,6 +154,19 @@ type Config struct {
 	// task needs. A node without one starts no task that needs anything.
 	Capacity store.Resources
 
+	// Retention is how long finished tasks, their events and their
+	// acknowledged commands are kept, per final state and per kind; the
+	// states it leaves out keep store.DefaultAges, and an age of 0 keeps
+	// forever (store.KeepForever keeps everything). The node prunes the
+	// buckets it holds, and only those.
+	Retention store.Retention
+	// PruneInterval is the mean time between two retention passes
+	// (DefaultPruneInterval); each wait is drawn between half and one and a
+	// half of it. PruneBatch is the most tasks one prune statement removes
+	// (DefaultPruneBatch, at most store.MaxPruneBatch).
+	PruneInterval time.Duration
+	PruneBatch    int
+
 	// Executor runs handlers (default GoroutineExecutor).
 	Executor Executor
 
@@ -212,6 +230,13 @@ func (c Config) withDefaults() Config {
 	if c.ScheduleMisfire == 0 {
 		c.ScheduleMisfire = schedule.DefaultMisfire
 	}
+	c.Retention = c.Retention.WithDefaults()
+	if c.PruneInterval == 0 {
+		c.PruneInterval = DefaultPruneInterval
+	}
+	if c.PruneBatch == 0 {
+		c.PruneBatch = DefaultPruneBatch
+	}
 	if c.Executor == nil {
 		c.Executor = GoroutineExecutor{}
 	}
@@ -247,6 +272,7 @@ func (c Config) validate() error {
 		{"StopGrace", c.StopGrace},
 		{"SchedulePoll", c.SchedulePoll},
 		{"ScheduleMisfire", c.ScheduleMisfire},
+		{"PruneInterval", c.PruneInterval},
 	}
 	for _, p := range positive {
 		if p.value <= 0 {
@@ -269,6 +295,11 @@ func (c Config) validate() error {
 			c.BucketLeaseTTL, deadlineMargin(c.BucketLeaseTTL))
 	case c.TaskLeaseTTL/3 <= 0:
 		return fmt.Errorf("node config: TaskLeaseTTL %v is too short to renew every TTL/3", c.TaskLeaseTTL)
+	case c.PruneBatch < 0 || c.PruneBatch > store.MaxPruneBatch:
+		return fmt.Errorf("node config: PruneBatch is %d; want 1 to %d (or zero for %d)",
+			c.PruneBatch, store.MaxPruneBatch, DefaultPruneBatch)
+	case c.Retention.Check() != nil:
+		return fmt.Errorf("node config: Retention: %w", c.Retention.Check())
 	case c.checkSchedules() != nil:
 		return c.checkSchedules()
 	case c.checkLimits() != nil:

@@ -38,6 +38,9 @@ type Metrics interface {
 	// tick fired (by the database clock, zero when nothing fired), missed
 	// how many ticks were skipped.
 	ScheduleAdvanced(fired bool, lag time.Duration, missed int)
+	// Pruned: one retention batch in a held bucket removed res (nothing
+	// on err).
+	Pruned(bucket int, res store.PruneResult, err error)
 }
 
 // Finished is one outcome the completer wrote.
@@ -64,6 +67,7 @@ func (nopMetrics) BucketLeasesExpired(int)                    {}
 func (nopMetrics) Rescued(reconcile.Report)                   {}
 func (nopMetrics) CommandApplied(string, time.Duration)       {}
 func (nopMetrics) ScheduleAdvanced(bool, time.Duration, int)  {}
+func (nopMetrics) Pruned(int, store.PruneResult, error)       {}
 
 // finished describes a written batch for Metrics.Flushed. The run time is
 // measured from the task's start as the database recorded it at the claim

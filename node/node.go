@@ -128,6 +128,7 @@ type Node struct {
 	scheduler *scheduler
 	completer *completer
 	rescuer   *rescuer
+	pruner    *pruner
 	renewer   *renewer
 	commander *commander
 
@@ -177,6 +178,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	}
 	n.completer = newCompleter(n)
 	n.rescuer = newRescuer(n)
+	n.pruner = newPruner(n)
 	n.commander = &commander{
 		store: s, owner: n.incarnation, node: n.id, attempts: n.attempts, completer: n.completer,
 		clock: cfg.Clock, stopGrace: cfg.StopGrace, poll: cfg.CommandPoll, stmtTimeout: n.stmtTimeout,
@@ -417,6 +419,7 @@ func (n *Node) startLoops() {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
 	must(n.rescuer.loop.start(ctx, n.rescuer.run))
+	must(n.pruner.loop.start(ctx, n.pruner.run))
 	// From boot, not from the first claim (DESIGN invariant 8): a command
 	// is never left waiting for this node to have had work.
 	must(n.commander.loop.start(ctx, n.commander.run))

@@ -81,6 +81,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.claimLoop.stopWithin(ctx)
 	n.completer.loop.stop() // writes every outcome queued so far
 	n.rescuer.loop.stop()
+	n.pruner.loop.stop()
 	n.renewer.loop.stop()
 	n.heartbeatLoop.stop()
 	n.leaseLoop.stop()

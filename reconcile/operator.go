@@ -67,17 +67,51 @@ type OperatorReport struct {
 // ErrOperatorLeaseLost with the report so far: its moves would be fenced
 // anyway, since each one is conditional on the lease.
 func RunOperator(ctx context.Context, s store.Store, req OperatorRequest) (OperatorReport, error) {
-	out := OperatorReport{Skipped: map[int]string{}}
+	out := OperatorReport{}
+	var err error
+	out.Acted, out.Skipped, err = HoldUnheld(ctx, s, UnheldRequest{Owner: req.Owner, Node: req.Node,
+		Buckets: req.Buckets, TTL: req.TTL, DryRun: req.DryRun, Clock: req.Clock},
+		func(ctx context.Context, held []store.HeldBucket) error {
+			var err error
+			out.Report, err = Rescue(ctx, s, Request{Owner: req.Owner, Node: req.Node, Buckets: held,
+				Backoff: req.Backoff, DryRun: req.DryRun})
+			return err
+		})
+	return out, err
+}
+
+// UnheldRequest names the buckets an operator's run acts on, and how it
+// holds them: the fields of OperatorRequest that are not about rescuing.
+type UnheldRequest struct {
+	Owner, Node string
+	Buckets     bucket.Set // every bucket when empty
+	TTL         time.Duration
+	DryRun      bool
+	Clock       clock.Clock
+}
+
+// HoldUnheld runs act on the requested buckets that no live node holds,
+// holding their leases meanwhile, as RunOperator does for a rescue: it takes
+// the leases (the epoch goes up, fencing whatever was done before), renews
+// them every TTL/3 while act runs, cancels act's context when they can no
+// longer be trusted (and then returns ErrOperatorLeaseLost), and releases
+// them at the end. A bucket held from the start, or taken by a node
+// meanwhile, is skipped: skipped maps it to its holder's node. A dry run
+// takes no lease and hands act each free bucket under the epoch a run would
+// take it at. act is not called when no bucket is free.
+func HoldUnheld(ctx context.Context, s store.Store, req UnheldRequest,
+	act func(ctx context.Context, held []store.HeldBucket) error) (acted bucket.Set, skipped map[int]string, err error) {
+	skipped = map[int]string{}
 	leases, err := s.ListBuckets(ctx)
 	if err != nil {
-		return out, err
+		return acted, skipped, err
 	}
 	wanted := req.Buckets
 	if wanted.Empty() {
 		wanted = bucket.All(len(leases))
 	}
 	if err := wanted.CheckRange(len(leases)); err != nil {
-		return out, err
+		return acted, skipped, err
 	}
 	var free []int
 	epochs := map[int]int64{}
@@ -86,15 +120,14 @@ func RunOperator(ctx context.Context, s store.Store, req OperatorRequest) (Opera
 			continue
 		}
 		if l.Holder != "" {
-			out.Skipped[l.Bucket] = l.Node
+			skipped[l.Bucket] = l.Node
 			continue
 		}
 		free = append(free, l.Bucket)
 		epochs[l.Bucket] = l.Epoch
 	}
 	if len(free) == 0 {
-		out.Acted = bucket.Set{}
-		return out, nil
+		return bucket.Set{}, skipped, nil
 	}
 
 	var held []store.HeldBucket
@@ -115,16 +148,16 @@ func RunOperator(ctx context.Context, s store.Store, req OperatorRequest) (Opera
 		got, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: req.Owner, Node: req.Node,
 			Buckets: bucket.Of(free...), TTL: ttl})
 		if err != nil {
-			return out, fmt.Errorf("taking the leases of buckets nobody holds: %w", err)
+			return acted, skipped, fmt.Errorf("taking the leases of buckets nobody holds: %w", err)
 		}
 		for _, l := range got {
 			if l.Held {
 				held = append(held, store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch})
 			} else {
-				out.Skipped[l.Bucket] = l.Node // a node took it meanwhile
+				skipped[l.Bucket] = l.Node // a node took it meanwhile
 			}
 		}
-		// Give the leases back however the rescue ends, even if ctx has;
+		// Give the leases back however the run ends, even if ctx has;
 		// expiry is the backstop.
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -147,20 +180,19 @@ func RunOperator(ctx context.Context, s store.Store, req OperatorRequest) (Opera
 			}()
 		}
 	}
-	acted := make([]int, len(held))
+	nums := make([]int, len(held))
 	for i, h := range held {
-		acted[i] = h.Bucket
+		nums[i] = h.Bucket
 	}
-	out.Acted = bucket.Of(acted...)
+	acted = bucket.Of(nums...)
 	if len(held) == 0 {
-		return out, nil
+		return acted, skipped, nil
 	}
-	out.Report, err = Rescue(ctx, s, Request{Owner: req.Owner, Node: req.Node, Buckets: held,
-		Backoff: req.Backoff, DryRun: req.DryRun})
+	err = act(ctx, held)
 	if cause := context.Cause(ctx); errors.Is(cause, ErrOperatorLeaseLost) {
-		return out, cause
+		return acted, skipped, cause
 	}
-	return out, err
+	return acted, skipped, err
 }
 
 // leaseKeeper renews an operator run's leases every TTL/3 and cancels the

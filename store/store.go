@@ -225,6 +225,21 @@ type Store interface {
 	// already carry it alone; at most MaxWaitReasonRows rows in all. It
 	// returns the rows written.
 	SetWaitReasons(ctx context.Context, owner string, buckets []HeldBucket, reasons []WaitReason) (int, error)
+
+	// Retention
+
+	// PruneFinished removes, from one bucket its caller holds, up to Limit
+	// finished tasks that have outlived their retention (Retention.Prunable),
+	// oldest first, with their audit events, their acknowledged commands and
+	// their dependency rows, in one short transaction. It never removes a
+	// task an unacknowledged command names, nor a task of a pipeline any of
+	// whose tasks is not prunable: a pipeline goes as a whole (its row with
+	// its last task). It reads and locks finished rows only, skipping rows
+	// another transaction holds, so it never waits for a claim nor makes
+	// one wait. Unless req.Owner holds req.Bucket under req.Epoch, unexpired
+	// by the database clock, it removes nothing and returns ErrFenced. A dry
+	// run counts instead (see PruneRequest.DryRun).
+	PruneFinished(ctx context.Context, req PruneRequest) (PruneResult, error)
 }
 
 // Notifier is implemented by stores that can push events (PostgreSQL's

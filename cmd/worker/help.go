@@ -70,6 +70,10 @@ var examples = map[string][2]string{
 		"worker reconcile --dry-run",
 		"worker reconcile --buckets 0-15",
 	},
+	"prune": {
+		"worker prune --dry-run",
+		"worker prune --buckets 0-15 --retain succeeded=1h,failed=72h --retain-kind audit:all=0",
+	},
 	"bucket-of": {
 		"worker bucket-of order-42",
 		"worker bucket-of --num-buckets 256 -- -key-starting-with-a-dash",

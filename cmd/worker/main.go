@@ -100,6 +100,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			bucketsCommand(),
 			nodesCommand(),
 			reconcileCommand(),
+			pruneCommand(),
 			bucketOfCommand(),
 			scheduleCommand(),
 			pipelineCommand(),

@@ -49,6 +49,9 @@ func runCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "allow-exec-env", Usage: "let an exec task's payload set this environment variable (repeatable); without it a payload may set none. " +
 				"Variables that make programs run other code (LD_*, BASH_*, PATH, PYTHON*, GIT_*, ...) are refused: see docs/exec.md"},
 			&cli.StringFlag{Name: "exec-user", Usage: "run exec children as this user (name or uid), with its primary group and no supplementary group; needs the node to run as root"},
+			&cli.DurationFlag{Name: "prune-interval", Value: node.DefaultPruneInterval, Usage: "how often, on average (jittered), to prune the finished tasks of held buckets past their retention"},
+			&cli.IntFlag{Name: "prune-batch", Value: node.DefaultPruneBatch, Usage: "finished tasks removed per prune statement"},
+			retentionFlags()[0], retentionFlags()[1],
 			&cli.StringFlag{Name: "http", Usage: "serve /healthz, /readyz and /metrics (Prometheus) on this address, e.g. 127.0.0.1:8080"},
 			&cli.BoolFlag{Name: "ui", Usage: "also serve the dashboard on --http (read-only unless --ui-token-file or $" + uiTokenEnv + ")"},
 			&cli.StringFlag{Name: "ui-token-file", Usage: "file holding the token that allows the dashboard's actions (default: $" + uiTokenEnv + ")"},
@@ -84,6 +87,12 @@ func runCommand() *cli.Command {
 				}
 				cfg.Buckets = set
 			}
+			ret, err := parseRetention(c)
+			if err != nil {
+				return err
+			}
+			cfg.Retention = ret
+			cfg.PruneInterval, cfg.PruneBatch = c.Duration("prune-interval"), c.Int("prune-batch")
 			if c.IsSet("capacity") {
 				capacity, err := parseResourcesFlag(c, "capacity")
 				if err != nil {
@@ -345,8 +354,11 @@ func checkRunFlags(c *cli.Context) error {
 	if err := checkPositive(c, "concurrency"); err != nil {
 		return err
 	}
+	if n := c.Int("prune-batch"); n < 1 || n > store.MaxPruneBatch {
+		return invalid(fmt.Errorf("--prune-batch %d is out of range: give 1 to %d", n, store.MaxPruneBatch))
+	}
 	for _, name := range []string{"bucket-lease-ttl", "bucket-lease-heartbeat", "task-lease-ttl", "shutdown-timeout",
-		"poll-interval", "reconcile-interval", "command-poll", "stop-grace"} {
+		"poll-interval", "reconcile-interval", "command-poll", "stop-grace", "prune-interval"} {
 		if err := checkDurationFlag(c, name, true); err != nil {
 			return err
 		}

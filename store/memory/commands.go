@@ -84,7 +84,7 @@ func (s *Store) PendingCommands(ctx context.Context, owner string) ([]store.Comm
 	defer db.mu.Unlock()
 	out := []store.Command{}
 	for _, cmd := range db.commands {
-		if cmd.Acked() {
+		if cmd == nil || cmd.Acked() {
 			continue
 		}
 		if rec := db.task(cmd.TaskID); rec.Status.Active() && rec.Owner == owner {
@@ -95,7 +95,7 @@ func (s *Store) PendingCommands(ctx context.Context, owner string) ([]store.Comm
 }
 
 func (db *database) command(id int64) (*store.Command, error) {
-	if id < 1 || id > int64(len(db.commands)) {
+	if id < 1 || id > int64(len(db.commands)) || db.commands[id-1] == nil {
 		return nil, fmt.Errorf("command %d: %w", id, store.ErrNotFound)
 	}
 	return db.commands[id-1], nil

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
@@ -46,6 +47,12 @@ func TestContract(t *testing.T) {
 		},
 		LockTask: func(t *testing.T, s store.Store, id int64) func() {
 			return asMemory(t, s).LockTask(id)
+		},
+		AgeFinished: func(t *testing.T, s store.Store, id int64, by time.Duration) {
+			t.Helper()
+			if err := asMemory(t, s).AgeFinished(id, by); err != nil {
+				t.Fatal(err)
+			}
 		},
 	})
 }

@@ -189,7 +189,7 @@ func (s *Store) GetPipeline(ctx context.Context, id int64) (store.Pipeline, erro
 		return store.Pipeline{}, err
 	}
 	defer db.mu.Unlock()
-	if id < 1 || id > int64(len(db.pipelines)) {
+	if id < 1 || id > int64(len(db.pipelines)) || db.pipelines[id-1] == nil {
 		return store.Pipeline{}, pipelineNotFound(id)
 	}
 	return db.pipelineView(db.pipelines[id-1]), nil
@@ -231,7 +231,7 @@ func (s *Store) RetryPipeline(ctx context.Context, id int64, from string) (store
 		return store.Pipeline{}, err
 	}
 	defer db.mu.Unlock()
-	if id < 1 || id > int64(len(db.pipelines)) {
+	if id < 1 || id > int64(len(db.pipelines)) || db.pipelines[id-1] == nil {
 		return store.Pipeline{}, pipelineNotFound(id)
 	}
 	p := db.pipelines[id-1]

@@ -219,7 +219,7 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]*task.Task
 	}
 	out := []*task.Task{}
 	for id := newest; id >= 1 && len(out) < limit; id-- {
-		if rec := db.tasks[id-1]; matches(&rec.Task, f) && (f.Payload == nil || store.PayloadContains(rec.Payload, want)) {
+		if rec := db.tasks[id-1]; rec != nil && matches(&rec.Task, f) && (f.Payload == nil || store.PayloadContains(rec.Payload, want)) {
 			out = append(out, rec.snapshot())
 		}
 	}

@@ -36,6 +36,10 @@ func TestContract(t *testing.T) {
 			exec(t, s, `INSERT INTO flotilla_schema_migrations (version) VALUES ($1) ON CONFLICT DO NOTHING`, version)
 		},
 		LockTask: lockTask,
+		AgeFinished: func(t *testing.T, s store.Store, id int64, by time.Duration) {
+			exec(t, s, `UPDATE flotilla_tasks SET finished_at = finished_at - $2::bigint * interval '1 microsecond'
+				WHERE id = $1 AND finished_at IS NOT NULL`, id, by.Microseconds())
+		},
 	})
 }
 

@@ -39,6 +39,10 @@ func TestContract(t *testing.T) {
 			t.Cleanup(unlock)
 			return unlock
 		},
+		AgeFinished: func(t *testing.T, s store.Store, id int64, by time.Duration) {
+			exec(t, s, `UPDATE flotilla_tasks SET finished_at = finished_at - ? WHERE id = ? AND finished_at IS NOT NULL`,
+				by.Microseconds(), id)
+		},
 	})
 }
 

@@ -35,6 +35,9 @@ type Harness struct {
 	// LockTask holds a task's row as another transaction's row lock would
 	// (an operator's open transaction), until unlock is called.
 	LockTask func(t *testing.T, s store.Store, id int64) (unlock func())
+	// AgeFinished moves a finished task's end (finished_at) by into the
+	// past, as if it had finished that long ago.
+	AgeFinished func(t *testing.T, s store.Store, id int64, by time.Duration)
 }
 
 // Run runs the whole contract suite.
@@ -60,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		testLimitsRoundRobin(t, h)
 		testLimitsKeyUse(t, h)
 	})
+	t.Run("Retention", func(t *testing.T) { testRetention(t, h) })
 }
 
 // numBuckets is small so that tests can name every bucket.
