@@ -92,7 +92,8 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // already runs tasks of ($20), so that keys queued behind one busy key's
 // backlog are seen. Over those few it ranks each candidate within its key and its
 // kind, sums each resource in claim order, and takes what the rooms allow,
-// fewest used first. claimSQL itself is left as it is: a fleet without
+// fewest used first. It bounds the buckets by the held range on the claim
+// index as claimSQL does. claimSQL itself reads no limit: a fleet without
 // limits pays nothing for them.
 var claimLimitedSQL = `
 WITH held AS (
@@ -107,6 +108,7 @@ WITH held AS (
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
       AND t.kind = ANY($4::text[])
+      AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
       AND t.kind <> ALL($9::text[])
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
@@ -120,6 +122,7 @@ WITH held AS (
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
       AND t.kind = ANY($4::text[])
+      AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
       AND t.kind <> ALL($9::text[])
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
