@@ -38,6 +38,9 @@ func BenchmarkBurnDownSpread(b *testing.B) {
 			b.ReportMetric(r.JobsPerSecond(), "tasks/s")
 			b.ReportMetric(float64(r.Calls.ClaimPerTask().Nanoseconds())/1000, "claim-us/task")
 			b.ReportMetric(float64(r.Calls.ClaimedTasks)/float64(r.Calls.Claims), "tasks/claim")
+			// Outcomes per AdvanceActive: smaller batches mean more
+			// statements, each with its transaction, per task.
+			b.ReportMetric(float64(r.Calls.AdvancedTasks)/float64(r.Calls.Advances), "tasks/outcome-write")
 			// Time spent waiting for a pooled connection, by every caller,
 			// per task: the share of the claim time that is the shared
 			// pool's queue rather than the database's work.
