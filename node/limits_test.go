@@ -193,6 +193,24 @@ func TestLimitResourcesPerNode(t *testing.T) {
 	}
 }
 
+// A node that declares no capacity and no limit uses the plain claim, which
+// must leave a task that needs resources to a node that has them.
+func TestLimitNodeWithoutCapacityLeavesTasksThatNeedResources(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	n := b.startNode(t, b.config(t, "n1"), map[string]Handler{"train": led.handler(nil)})
+	gpu := submit(t, n, SubmitRequest{Kind: "train", Key: "gpu", Resources: store.Resources{"gpu": 1}})
+	submit(t, n, SubmitRequest{Kind: "train", Key: "plain"})
+	eventually(t, "the plain task runs", func() bool { return led.started() == 1 })
+	claimPassesAfter(t, n)
+	if got := led.started(); got != 1 {
+		t.Fatalf("%d started, want only the task that needs nothing", got)
+	}
+	if got := b.get(t, gpu.ID); got.Status != task.Queued {
+		t.Errorf("a task needing a gpu on a node without capacity is %s", got.Status)
+	}
+}
+
 func TestLimitFleetShareAcrossNodes(t *testing.T) {
 	b := setup(t)
 	led := newLedger()

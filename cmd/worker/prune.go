@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,7 +22,7 @@ import (
 func retentionFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "retain", Usage: `how long finished tasks are kept, per final state, e.g. "succeeded=24h,failed=168h"; ` +
-			`"all" names every final state, 0 keeps forever; states left out keep their default`,
+			`"all" names every final state, 0 keeps forever; states not named keep theirs`,
 			DefaultText: "succeeded, cancelled, skipped 24h; failed, timed_out, lost, stopped 168h"},
 		&cli.StringSliceFlag{Name: "retain-kind", Usage: `ages of one kind, replacing --retain's for the states named, e.g. ` +
 			`"email:succeeded=1h,failed=24h" (repeatable)`},
@@ -128,10 +127,7 @@ func pruneCommand() *cli.Command {
 				Batch: c.Int("batch"), DryRun: c.Bool("dry-run"),
 			})
 			if err != nil {
-				if errors.Is(err, store.ErrInvalid) {
-					return invalid(err)
-				}
-				return classify(err)
+				return err
 			}
 			if c.Bool(jsonFlag.Name) {
 				return printJSON(c.App.Writer, pruneJSON(rep))

@@ -50,7 +50,9 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 
 	best := make([]*taskRecord, 0, req.Limit)
 	for _, rec := range db.unfinished {
-		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && due(&rec.Task, now) {
+		// A task that needs resources is the limited claim's, which knows
+		// the node's capacity.
+		if _, held := epochs[rec.Bucket]; held && kinds[rec.Kind] && len(rec.Resources) == 0 && due(&rec.Task, now) {
 			best = keepBest(best, rec, req.Limit)
 		}
 	}

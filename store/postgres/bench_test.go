@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/benchmark"
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -158,4 +159,90 @@ func BenchmarkCreateTasks(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
 		})
 	}
+}
+
+// BenchmarkClaimBesideFinished measures what one claim of 100 tasks costs
+// the database beside 10,000,000 finished tasks, against the same claim on
+// a table that has none: the claim walks the claim index, which holds only
+// claimable rows, so the ratio must stay near 1. One op is one claim (the
+// claimed tasks are left running). The two tables are loaded once and
+// measured in alternating rounds, so that both see the same moments of a
+// shared machine; before each round the previous round's tasks are
+// deleted. server-cpu-us/claim is the CPU time of the database's backends.
+//
+//	go test -run '^$' -bench ClaimBesideFinished -benchtime 2000x -timeout 30m ./store/postgres/
+func BenchmarkClaimBesideFinished(b *testing.B) {
+	const finished = 10_000_000
+	ctx := context.Background()
+	empty := migrated(b, bucket.DefaultCount)
+	full := migrated(b, bucket.DefaultCount)
+	loadStart := time.Now()
+	fill := fmt.Sprintf(`
+		INSERT INTO flotilla_tasks (kind, bucket, status, status_version, run_at, attempt, max_attempts,
+		                            claim_seq, node, epoch, created_at, started_at, finished_at, updated_at)
+		SELECT 'noop', g %% %d, 'succeeded', 3, now(), 1, 3, 1, 'bench', 1, now(), now(), now(), now()
+		FROM generate_series(1, %d) g`, bucket.DefaultCount, finished)
+	for _, sql := range []string{fill, `VACUUM ANALYZE flotilla_tasks`} {
+		if _, err := full.Pool().Exec(ctx, sql); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("%d finished tasks loaded in %v", finished, time.Since(loadStart).Round(time.Second))
+	for round := range 3 {
+		for _, c := range []struct {
+			name string
+			s    *postgres.Store
+		}{{"empty", empty}, {"finished_10M", full}} {
+			b.Run(fmt.Sprintf("%s/round_%d", c.name, round+1), func(b *testing.B) { benchClaim(b, c.s) })
+		}
+	}
+}
+
+func benchClaim(b *testing.B, s *postgres.Store) {
+	ctx := context.Background()
+	for _, sql := range []string{
+		`DELETE FROM flotilla_task_events WHERE task_id IN (SELECT id FROM flotilla_tasks WHERE status <> 'succeeded')`,
+		`DELETE FROM flotilla_tasks WHERE status <> 'succeeded'`,
+		`VACUUM flotilla_tasks`,
+	} {
+		if _, err := s.Pool().Exec(ctx, sql); err != nil {
+			b.Fatal(err)
+		}
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{
+		Owner: "bench", Node: "bench", Buckets: bucket.All(bucket.DefaultCount), TTL: time.Hour,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := make([]store.HeldBucket, len(leases))
+	for i, l := range leases {
+		held[i] = store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch}
+	}
+	enqueue(b, s, b.N*benchBatch)
+	if _, err := s.Pool().Exec(ctx, `ANALYZE flotilla_tasks`); err != nil {
+		b.Fatal(err)
+	}
+	before, err := benchmark.ReadBackendCPU(ctx, s.Pool())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{
+			Owner: "bench", Node: "bench", Buckets: held, Kinds: []string{"noop"}, Limit: benchBatch, LeaseTTL: time.Hour,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(claimed) != benchBatch {
+			b.Fatalf("claimed %d tasks, want %d", len(claimed), benchBatch)
+		}
+	}
+	b.StopTimer()
+	after, err := benchmark.ReadBackendCPU(ctx, s.Pool())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(after.Since(before).Nanoseconds())/1000/float64(b.N), "server-cpu-us/claim")
 }

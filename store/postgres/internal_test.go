@@ -91,7 +91,27 @@ func testClaimPlan(t *testing.T, analyze bool) {
 		if strings.Contains(text, "Seq Scan on flotilla_tasks ") || strings.Contains(text, "Sort") {
 			t.Errorf("holding %s, the claim scans or sorts the tasks:\n%s", held, text)
 		}
+		// The held range is tested on the index entries, so that rows of
+		// buckets outside it are passed without reading the table.
+		if !indexCondBoundsBucket(plan) {
+			t.Errorf("holding %s, the claim does not bound the bucket in the index condition:\n%s", held, text)
+		}
 	}
+}
+
+// indexCondBoundsBucket reports whether the plan's scan of the claim index
+// has both bounds of the bucket in its index condition.
+func indexCondBoundsBucket(plan []string) bool {
+	for i, line := range plan {
+		if !strings.Contains(line, "Index Scan using flotilla_tasks_claim_idx") || i+1 == len(plan) {
+			continue
+		}
+		cond := plan[i+1]
+		if strings.Contains(cond, "Index Cond:") && strings.Contains(cond, "bucket >=") && strings.Contains(cond, "bucket <=") {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRedact(t *testing.T) {

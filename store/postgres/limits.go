@@ -94,7 +94,9 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // one key's backlog are seen. Over those few it ranks each candidate within
 // its key and its kind, sums each resource in claim order, and takes what
 // the rooms allow in round-robin order: the key's turn ($21) plus the
-// candidate's rank within its key, then fewest used. claimSQL itself is left as it is: a fleet without
+// candidate's rank within its key, then fewest used. It bounds the buckets
+// by the held range on the claim index as claimSQL does. claimSQL itself
+// reads no limit: a fleet without
 // limits pays nothing for them.
 var claimLimitedSQL = `
 WITH held AS (
@@ -109,6 +111,7 @@ WITH held AS (
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
       AND t.kind = ANY($4::text[])
+      AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
       AND t.kind <> ALL($9::text[])
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
@@ -122,6 +125,7 @@ WITH held AS (
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
       AND t.kind = ANY($4::text[])
+      AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
       AND t.kind <> ALL($9::text[])
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))

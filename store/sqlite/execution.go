@@ -81,12 +81,14 @@ func attemptIsCurrent(t *task.Task, l leaseRow, owner string, ref task.Ref) bool
 // claimSQL picks the due tasks of the held buckets and kinds in the claim's
 // order, walking flotilla_tasks_claim_idx from its front and stopping at the
 // limit; the lease check is done in Go on the rows of the held buckets,
-// which the write lock keeps still.
+// which the write lock keeps still. Tasks that need resources are left to
+// the limited claim, which knows the node's capacity.
 const claimSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks
 WHERE status IN ('queued', 'scheduled', 'retrying')
   AND (status = 'queued' OR run_at <= ?)
   AND bucket IN (SELECT value FROM json_each(?))
   AND kind IN (SELECT value FROM json_each(?))
+  AND resources IS NULL
 ORDER BY priority DESC, run_at, id
 LIMIT ?`
 

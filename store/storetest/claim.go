@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,19 @@ func testClaim(t *testing.T, h Harness) {
 		}
 		if got := b.claim("a", held, 10, "email", "resize"); len(got) != 2 {
 			t.Errorf("the rest: %v", ids(got))
+		}
+	})
+
+	t.Run("NothingFromTheBucketsBetweenTheHeldOnes", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "k", Bucket: 1, Priority: 1},
+			store.NewTask{Key: "k", Bucket: 2, Priority: 9},
+			store.NewTask{Key: "k", Bucket: 3},
+		)
+		held := b.hold("a", 1, 3)
+		if got := b.claim("a", held, 10); !slices.Equal(ids(got), []int64{created[0].ID, created[2].ID}) {
+			t.Errorf("holding 1 and 3, claimed %v, want %v", ids(got), []int64{created[0].ID, created[2].ID})
 		}
 	})
 

@@ -194,6 +194,23 @@ func testLimits(t *testing.T, h Harness) {
 		}
 	})
 
+	// A node that declares no capacity uses the plain claim: a task that
+	// needs resources waits for a node whose capacity covers it.
+	t.Run("PlainClaimLeavesTasksThatNeedResources", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "g", Bucket: 3, Resources: store.Resources{"gpu": 1}},
+			store.NewTask{Key: "plain", Bucket: 3},
+		)
+		held := b.hold("a", 3)
+		if got := b.claim("a", held, 10); !slices.Equal(ids(got), []int64{created[1].ID}) {
+			t.Errorf("the plain claim took %v, want only the task that needs nothing", ids(got))
+		}
+		if got := b.claimLimited("a", held, 10, store.LimitedClaim{Free: store.Resources{"gpu": 1}}); !slices.Equal(ids(got), []int64{created[0].ID}) {
+			t.Errorf("a claim with a gpu free took %v, want the gpu task", ids(got))
+		}
+	})
+
 	t.Run("ClaimServesTheLeastUsedKeysFirst", func(t *testing.T) {
 		b := setup(t, h)
 		var nts []store.NewTask
