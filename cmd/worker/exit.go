@@ -23,13 +23,12 @@ const (
 )
 
 // Marks for the conditions cmd/worker finds itself, such as a flag value it
-// refuses before connecting. invalid, refused, notFound and tooLate attach
-// them; exitTable gives them their status like any library error.
+// refuses before connecting. invalid, refused and notFound attach them;
+// exitTable gives them their status like any library error.
 var (
 	errInvalidInput = errors.New("invalid input")
 	errRefused      = errors.New("refused by the fleet's state")
 	errNotFound     = errors.New("not found")
-	errTooLate      = errors.New("too late")
 )
 
 // exitRow is one line of the error-to-status table: an error whose chain
@@ -41,7 +40,7 @@ type exitRow struct {
 
 // exitTable maps every error a command returns to its exit status. Nothing
 // else decides a status: commands return the library's errors as they are,
-// or mark their own with invalid, refused, notFound or tooLate.
+// or mark their own with invalid, refused or notFound.
 //
 // An error's status is that of the first error of its chain, walked from
 // the outside in, that a row names: a command that wraps a library error in
@@ -49,7 +48,7 @@ type exitRow struct {
 // Where one link is named by two rows, the earlier row wins. An error no
 // row names is a failure at run time, status 1.
 var exitTable = []exitRow{
-	{exitTooLate, []error{errTooLate, commands.ErrTooLate}},
+	{exitTooLate, []error{commands.ErrTooLate}},
 	{exitNotFound, []error{errNotFound, store.ErrNotFound}},
 	{exitInvalid, []error{errInvalidInput, store.ErrInvalid, store.ErrBucketCount,
 		bucket.ErrInvalidSet, bucket.ErrInvalidCount,
@@ -125,4 +124,3 @@ func (e *markedError) Unwrap() []error { return []error{e.mark, e.err} }
 func invalid(err error) error  { return &markedError{mark: errInvalidInput, err: err} }
 func refused(err error) error  { return &markedError{mark: errRefused, err: err} }
 func notFound(err error) error { return &markedError{mark: errNotFound, err: err} }
-func tooLate(err error) error  { return &markedError{mark: errTooLate, err: err} }
