@@ -51,7 +51,10 @@ type attempt struct {
 	stopGrace   clock.Timer
 	// stopNoted is set when a stop's notification cancelled the handler,
 	// before the command was read: the stop's delivery is timed then, once.
+	// notedStop is that stop's "by ISSUER: REASON", for the trail when the
+	// handler's outcome is written before the command is read.
 	stopNoted bool
+	notedStop string
 	// leaseTimer fires at the task lease's local deadline: the moment,
 	// on this process's clock, after which the database may consider the
 	// lease expired and a rescue may move the task on.

@@ -91,6 +91,9 @@ func (c *commander) cancelNoted(note store.CommandNote) {
 	a.mu.Lock()
 	skip := a.done || a.abandoned != nil || a.stopNoted
 	a.stopNoted = true
+	if !skip {
+		a.notedStop = suffix(store.Command{IssuedBy: note.IssuedBy, Reason: note.Reason})
+	}
 	a.mu.Unlock()
 	if skip {
 		return

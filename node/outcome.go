@@ -49,6 +49,14 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 		// The store would turn any other outcome into stopped as well (a
 		// stop wins), but the trail reads better with the real reason.
 		tr.To, tr.Reason = task.Stopped, "stopped on request"
+		a.mu.Lock()
+		if a.stopNoted {
+			// Cancelled on the stop's note, perhaps before the command
+			// was read: this may be the stop's only event, so it says who
+			// asked.
+			tr.Reason = "stop requested" + a.notedStop + "; stopped on request"
+		}
+		a.mu.Unlock()
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopRequested) {
 			tr.Error = err.Error()
 		}

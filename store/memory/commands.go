@@ -52,6 +52,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 	db.commandsByTask[c.TaskID] = append(db.commandsByTask[c.TaskID], cmd)
 	db.publish(store.TopicCommands, store.CommandNote{
 		ID: cmd.ID, Owner: cmd.Owner, TaskID: rec.ID, ClaimSeq: rec.ClaimSeq, Kind: cmd.Kind, IssuedAt: cmd.IssuedAt,
+		IssuedBy: cmd.IssuedBy, Reason: cmd.Reason,
 	}.Payload())
 	return *cmd, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -31,7 +32,10 @@ WHERE id = $1`
 // issueInsertSQL records the command with the task's current owner (none
 // unless the task is active) and announces it on TopicCommands as a
 // store.CommandNote, "<id> <owner> <task id> <claim_seq> <kind> <issued at
-// µs>", with the claim_seq ($6) read under the task's row lock.
+// µs> <issued by> <reason>", with the claim_seq ($6) read under the task's
+// row lock.
+var noteTextRunes = strconv.Itoa(store.NoteTextRunes)
+
 var issueInsertSQL = `
 WITH c AS (
     INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
@@ -40,7 +44,9 @@ WITH c AS (
 ), notified AS (
     SELECT pg_notify('` + string(store.TopicCommands) + `',
         id::text || ' ' || coalesce(owner, '') || ' ' || task_id::text || ' ' || $6::bigint::text || ' ' || kind
-            || ' ' || floor(extract(epoch FROM issued_at) * 1000000)::bigint::text) FROM c
+            || ' ' || floor(extract(epoch FROM issued_at) * 1000000)::bigint::text
+            || ' ' || encode(convert_to(left(issued_by, ` + noteTextRunes + `), 'UTF8'), 'hex')
+            || ' ' || encode(convert_to(left(reason, ` + noteTextRunes + `), 'UTF8'), 'hex')) FROM c
 )
 SELECT ` + commandColumns + `, (SELECT count(*) FROM notified) FROM c`
 

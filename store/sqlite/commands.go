@@ -67,6 +67,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		}
 		tx.notify(store.TopicCommands, store.CommandNote{
 			ID: out.ID, Owner: out.Owner, TaskID: t.ID, ClaimSeq: t.ClaimSeq, Kind: out.Kind, IssuedAt: out.IssuedAt,
+			IssuedBy: out.IssuedBy, Reason: out.Reason,
 		}.Payload())
 		return nil
 	})

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,19 +69,22 @@ func testNotifications(t *testing.T, h Harness) {
 
 	running, _ := b.runningTask("a", 1)
 	b.create(store.NewTask{Key: "k", Bucket: 2, Delay: time.Hour}) // not due: no need to wake anyone
-	cmd, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop})
+	cmd, err := b.s.IssueCommand(b.ctx, store.NewCommand{TaskID: running.ID, Kind: store.CommandStop,
+		IssuedBy: "ops", Reason: "wrong order, " + strings.Repeat("ü", 2*store.NoteTextRunes)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The note names the attempt the stop is for, so that its holder can
 	// cancel the handler before it reads the command.
 	// It carries the command's issue time, to the microsecond, so that the
-	// node times the stop's delivery when it acts on the note alone.
+	// node times the stop's delivery when it acts on the note alone, and
+	// who asked and why (the start of a long reason) for the task's trail.
 	want := store.CommandNote{ID: cmd.ID, Owner: running.Owner, TaskID: running.ID, ClaimSeq: running.ClaimSeq, Kind: store.CommandStop,
-		IssuedAt: cmd.IssuedAt.Truncate(time.Microsecond)}
+		IssuedAt: cmd.IssuedAt.Truncate(time.Microsecond), IssuedBy: "ops",
+		Reason: string([]rune(cmd.Reason)[:store.NoteTextRunes])}
 	if note, err := store.ParseCommandNote(expect(store.TopicCommands, "a stop").Payload); err != nil || note.ID != want.ID ||
 		note.Owner != want.Owner || note.TaskID != want.TaskID || note.ClaimSeq != want.ClaimSeq || note.Kind != want.Kind ||
-		!note.IssuedAt.Equal(want.IssuedAt) {
+		!note.IssuedAt.Equal(want.IssuedAt) || note.IssuedBy != want.IssuedBy || note.Reason != want.Reason {
 		t.Errorf("stop note %+v (%v), want %+v", note, err, want)
 	}
 	if _, err := b.s.ReleaseBuckets(b.ctx, "a", bucket.Set{}); err != nil {

@@ -12,8 +12,9 @@ import (
 // TestPipelineStopReachesAStepRunningOnAWorker stops a pipeline from the
 // command line while one of its steps runs on a `worker run` process: the
 // running step is stopped by that process through the command channel
-// (running -> stopping -> stopped, written by it), the step waiting for it
-// is cancelled at once, and the step that had finished is left as it was.
+// (written by it), the step waiting for it is cancelled, or skipped when the
+// running step's stop came first, and the step that had finished is left as
+// it was.
 func TestPipelineStopReachesAStepRunningOnAWorker(t *testing.T) {
 	needsIntegration(t)
 	f := newFleet(t)
@@ -42,18 +43,25 @@ func TestPipelineStopReachesAStepRunningOnAWorker(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("worker pipeline stop exited %d: %s", code, stderr)
 	}
+	// The stop goes to long first (dependencies first). Its note may stop
+	// it, and skip after as its dependent, before the command reaches
+	// after: then after is not acted on, and ends skipped, not cancelled.
 	want := []string{
 		fmt.Sprintf("long: task %d: stop requested (command", ids["long"]),
 		fmt.Sprintf("after: task %d: cancelled (was pending)", ids["after"]),
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if len(lines) != len(want) {
-		t.Fatalf("worker pipeline stop printed %q, want one line for long and one for after", stdout)
+	if len(lines) < 1 || len(lines) > len(want) {
+		t.Fatalf("worker pipeline stop printed %q, want a line for long and at most one for after", stdout)
 	}
-	for i, w := range want {
-		if !strings.HasPrefix(lines[i], w) {
-			t.Errorf("line %d is %q, want it to start with %q", i, lines[i], w)
+	for i, line := range lines {
+		if !strings.HasPrefix(line, want[i]) {
+			t.Errorf("line %d is %q, want it to start with %q", i, line, want[i])
 		}
+	}
+	afterEnd := task.Cancelled
+	if len(lines) == 1 {
+		afterEnd = task.Skipped
 	}
 
 	r := f.waitForTask(ids["long"], "stopped", func(tk *task.Task) bool { return tk.Status == task.Stopped })
@@ -64,14 +72,17 @@ func TestPipelineStopReachesAStepRunningOnAWorker(t *testing.T) {
 			t.Errorf("long: %s written by %q, want a, which ran it", e.To, e.Node)
 		}
 	}
-	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopping -> stopped") {
-		t.Errorf("long's trail %s, want ... running -> stopping -> stopped", got)
+	// The stop's note may cancel the handler before the command is read, and
+	// its outcome be written before the move to stopping.
+	if got := strings.Join(trail, " -> "); !strings.HasSuffix(got, "running -> stopped") &&
+		!strings.HasSuffix(got, "running -> stopping -> stopped") {
+		t.Errorf("long's trail %s, want ... running -> stopped or ... running -> stopping -> stopped", got)
 	}
 	if got := f.mustGet(ids["first"]).Task.Status; got != task.Succeeded {
 		t.Errorf("first is %s after the stop, want succeeded as it ended", got)
 	}
-	if got := f.mustGet(ids["after"]).Task.Status; got != task.Cancelled {
-		t.Errorf("after is %s, want cancelled", got)
+	if got := f.mustGet(ids["after"]).Task.Status; got != afterEnd {
+		t.Errorf("after is %s, want %s", got, afterEnd)
 	}
 
 	stdout, stderr, code = f.cli("pipeline", "stop", fmt.Sprint(p.ID))

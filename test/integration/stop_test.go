@@ -51,9 +51,18 @@ func TestStopFromAThirdProcess(t *testing.T) {
 	}
 	// The handler itself saw the cancellation and returned: the stop was
 	// recorded from its outcome, not by abandoning it after the grace.
-	if last := r.Events[len(r.Events)-1]; last.Reason != "stopped on request" {
-		t.Errorf("the stop was recorded with reason %q, want %q (the handler returned on its cancellation)",
+	if last := r.Events[len(r.Events)-1]; !strings.HasSuffix(last.Reason, "stopped on request") {
+		t.Errorf("the stop was recorded with reason %q, want it to end %q (the handler returned on its cancellation)",
 			last.Reason, "stopped on request")
+	}
+	// Whichever came first, the stop's note or its command, the trail says
+	// who asked and why.
+	named := false
+	for _, e := range r.Events {
+		named = named || (strings.Contains(e.Reason, "stop requested by ") && strings.Contains(e.Reason, ": test"))
+	}
+	if !named {
+		t.Errorf("no event of the trail names who stopped the task and why: %s", describeTask(r))
 	}
 
 	// A queued task nobody serves is cancelled at once, no node involved.
