@@ -1,10 +1,7 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,12 +115,9 @@ func pruneCommand() *cli.Command {
 			if err := set.CheckRange(client.Policy().Count()); err != nil {
 				return invalid(fmt.Errorf("invalid --buckets: %w", err))
 			}
-			host, _ := os.Hostname()
-			nonce := make([]byte, 4)
-			_, _ = rand.Read(nonce)
-			id := fmt.Sprintf("prune-%s-%d", host, os.Getpid())
+			node, owner := operatorIdentity("prune")
 			rep, err := retention.Prune(c.Context, client.Store(), retention.Request{
-				Owner: id + "/" + hex.EncodeToString(nonce), Node: id, Buckets: set, Retention: ret,
+				Owner: owner, Node: node, Buckets: set, Retention: ret,
 				Batch: c.Int("batch"), DryRun: c.Bool("dry-run"),
 			})
 			if err != nil {

@@ -45,12 +45,9 @@ func reconcileCommand() *cli.Command {
 			if err := set.CheckRange(client.Policy().Count()); err != nil {
 				return invalid(fmt.Errorf("invalid --buckets: %w", err))
 			}
-			host, _ := os.Hostname()
-			nonce := make([]byte, 4)
-			_, _ = rand.Read(nonce)
-			node := fmt.Sprintf("reconcile-%s-%d", host, os.Getpid())
+			node, owner := operatorIdentity("reconcile")
 			rep, err := reconcile.RunOperator(c.Context, client.Store(), reconcile.OperatorRequest{
-				Owner: node + "/" + hex.EncodeToString(nonce), Node: node, Buckets: set, DryRun: c.Bool("dry-run"),
+				Owner: owner, Node: node, Buckets: set, DryRun: c.Bool("dry-run"),
 			})
 			if err != nil {
 				return err
@@ -127,3 +124,15 @@ func printOperatorReport(c *cli.Context, rep reconcile.OperatorReport) {
 }
 
 func sortedKeys(m map[int]string) []int { return slices.Sorted(maps.Keys(m)) }
+
+// operatorIdentity is the node id and incarnation under which an operator's
+// command (reconcile, prune) takes the leases of unheld buckets: named for
+// the command, the host and the process, with a random incarnation so that
+// two runs never share a lease.
+func operatorIdentity(command string) (node, owner string) {
+	host, _ := os.Hostname()
+	nonce := make([]byte, 4)
+	_, _ = rand.Read(nonce)
+	node = fmt.Sprintf("%s-%s-%d", command, host, os.Getpid())
+	return node, node + "/" + hex.EncodeToString(nonce)
+}
