@@ -263,8 +263,13 @@ func resolveSQL(fin string) string {
     FULL JOIN direct dr ON dr.id = dm.id
 ), held AS (
     SELECT t.id, t.status
-    FROM flotilla_tasks t JOIN plan p ON p.id = t.id
-    WHERE ` + waitsForDependenciesSQL("t") + ` AND EXISTS (SELECT 1 FROM fin)
+    FROM flotilla_tasks t
+    -- By id array, not a join with plan: the planner cannot count plan's
+    -- rows, and a join it guessed at 200 hashed the whole task table on
+    -- every batch of a fan-out's steps (a scan per batch, quadratic in the
+    -- fan-out) where an index lookup per dependent is what it needs.
+    WHERE t.id = ANY(ARRAY(SELECT id FROM plan)) AND ` + waitsForDependenciesSQL("t") + `
+      AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE OF t
 ), released AS (
     UPDATE flotilla_tasks t SET
