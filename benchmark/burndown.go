@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,13 +67,20 @@ type countingStore struct {
 	claims, claimed, claimNanos      atomic.Int64
 	advances, advanced, advanceNanos atomic.Int64
 	renewals                         atomic.Int64
-	succeeded                        atomic.Int64
+	succeeded                        atomic.Int64 // len(succeededIDs)
 	// progress is poked after every write that recorded a success.
 	progress chan struct{}
+
+	mu sync.Mutex
+	// succeededIDs are the tasks an answer said had succeeded. A write
+	// whose answer was lost (its deadline passed as it committed) is
+	// written again by the node and answered as fenced, with the task
+	// succeeded: counting tasks, not answers, counts it once either way.
+	succeededIDs map[int64]struct{}
 }
 
 func newCountingStore(s Store) *countingStore {
-	return &countingStore{Store: s, progress: make(chan struct{}, 1)}
+	return &countingStore{Store: s, progress: make(chan struct{}, 1), succeededIDs: map[int64]struct{}{}}
 }
 
 func (c *countingStore) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task.Task, error) {
@@ -90,14 +98,17 @@ func (c *countingStore) AdvanceActive(ctx context.Context, owner string, batch [
 	c.advanceNanos.Add(int64(time.Since(t0)))
 	c.advances.Add(1)
 	c.advanced.Add(int64(len(batch)))
-	var ok int64
+	var ok int
+	c.mu.Lock()
 	for _, o := range out {
-		if o.Err == nil && o.Status == task.Succeeded {
+		if _, seen := c.succeededIDs[o.ID]; !seen && o.Status == task.Succeeded {
+			c.succeededIDs[o.ID] = struct{}{}
 			ok++
 		}
 	}
+	c.succeeded.Store(int64(len(c.succeededIDs)))
+	c.mu.Unlock()
 	if ok > 0 {
-		c.succeeded.Add(ok)
 		select {
 		case c.progress <- struct{}{}:
 		default:

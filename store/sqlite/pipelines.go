@@ -228,7 +228,9 @@ func (tx *wtx) task(id int64, fresh *task.Task) (*task.Task, error) {
 
 // dependentsSQL reads the dependents of a task that ends which still count
 // their dependencies down: pending, or paused while pending.
-const dependentsSQL = `SELECT d.task_id, d.dep_step, d.on_policy
+// The count it reads is the row's, which the op's own count (wtx.depsLeft)
+// replaces for a step the op has counted down already.
+const dependentsSQL = `SELECT d.task_id, d.dep_step, d.on_policy, c.deps_left
 FROM flotilla_task_deps d JOIN flotilla_tasks c ON c.id = d.task_id
 WHERE d.dep_id = ? AND (c.status = 'pending' OR (c.status = 'paused' AND c.deps_left > 0))
 ORDER BY d.task_id`
@@ -244,6 +246,7 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 	type edge struct {
 		task     int64
 		step, on string
+		left     int
 	}
 	rows, err := tx.query(dependentsSQL, t.ID)
 	if err != nil {
@@ -252,7 +255,7 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 	var edges []edge
 	for rows.Next() {
 		var e edge
-		if err := rows.Scan(&e.task, &e.step, &e.on); err != nil {
+		if err := rows.Scan(&e.task, &e.step, &e.on, &e.left); err != nil {
 			rows.Close()
 			return wrap(err, "dependents of task %d", t.ID)
 		}
@@ -270,11 +273,15 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 		if child.Status != task.Pending && child.Status != task.Paused {
 			continue // skipped meanwhile by another of its dependencies
 		}
-		var left int
-		if err := tx.queryRow(`UPDATE flotilla_tasks SET deps_left = deps_left - 1 WHERE id = ? RETURNING deps_left`,
-			child.ID).Scan(&left); err != nil {
-			return wrap(err, "count down the dependencies of task %d", child.ID)
+		left, counted := tx.depsLeft[child.ID]
+		if !counted {
+			left = e.left
 		}
+		if child.Status == task.Paused && left <= 0 {
+			continue // paused once its last dependency ended: resuming queues it
+		}
+		left--
+		tx.countDown(child.ID, left, counted)
 		switch {
 		case !task.Accepts(e.on, t.Status):
 			err = move(tx, child, task.Skipped, moveDetails{
@@ -288,6 +295,19 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 		}
 	}
 	return nil
+}
+
+// countDown records that step id has left dependencies to wait for; the
+// op writes it when it ends (flushDeps).
+func (tx *wtx) countDown(id int64, left int, counted bool) {
+	if tx.depsLeft == nil {
+		tx.depsLeft, tx.depsDirty = map[int64]int{}, map[int64]bool{}
+	}
+	tx.depsDirty[id] = true
+	if !counted {
+		tx.depsOrder = append(tx.depsOrder, id)
+	}
+	tx.depsLeft[id] = left
 }
 
 // checkAppend checks the steps that t's attempt appends, against the names

@@ -537,9 +537,11 @@ func resumeDestination(tx *wtx, t *task.Task, want task.Status) (task.Status, er
 	if t.Status != task.Paused || t.Pipeline == 0 {
 		return want, nil
 	}
-	var left int
-	if err := tx.queryRow(`SELECT deps_left FROM flotilla_tasks WHERE id = ?`, t.ID).Scan(&left); err != nil {
-		return "", wrap(err, "dependencies left of task %d", t.ID)
+	left, counted := tx.depsLeft[t.ID]
+	if !counted {
+		if err := tx.queryRow(`SELECT deps_left FROM flotilla_tasks WHERE id = ?`, t.ID).Scan(&left); err != nil {
+			return "", wrap(err, "dependencies left of task %d", t.ID)
+		}
 	}
 	return task.ResumeDestination(t.Status, want, left), nil
 }
@@ -558,7 +560,8 @@ type moveDetails struct {
 
 const saveTaskSQL = `UPDATE flotilla_tasks SET status = ?, status_version = ?, run_at = ?, attempt = ?,
     result = ?, progress = ?, error = ?, claim_seq = ?, owner = ?, node = ?, epoch = ?, lease_expires_at = ?,
-    stop_requested = ?, pause_requested = ?, started_at = ?, finished_at = ?, updated_at = ?
+    stop_requested = ?, pause_requested = ?, started_at = ?, finished_at = ?, updated_at = ?,
+    deps_left = coalesce(?, deps_left)
 WHERE id = ?`
 
 // move applies a transition the caller has already allowed to t and to its
@@ -598,12 +601,21 @@ func move(tx *wtx, t *task.Task, to task.Status, m moveDetails) error {
 }
 
 func saveTask(tx *wtx, t *task.Task) error {
+	// A count of dependencies the op changed goes with the row, so that a
+	// step released by the op is written once.
+	var left any
+	if tx.depsDirty[t.ID] {
+		left = tx.depsLeft[t.ID]
+	}
 	_, err := tx.exec(saveTaskSQL, string(t.Status), t.StatusVersion, t.RunAt.UnixMicro(), t.Attempt,
 		docArg(t.Result), docArg(t.Progress), t.Error, t.ClaimSeq, nullString(t.Owner), t.Node, t.Epoch,
 		micros(t.LeaseExpiresAt), t.StopRequested, t.PauseRequested, micros(t.StartedAt), micros(t.FinishedAt),
-		t.UpdatedAt.UnixMicro(), t.ID)
+		t.UpdatedAt.UnixMicro(), left, t.ID)
 	if err != nil {
 		return wrap(err, "write task %d", t.ID)
+	}
+	if left != nil {
+		tx.depsDirty[t.ID] = false
 	}
 	return nil
 }

@@ -56,6 +56,13 @@ type wtx struct {
 	tasks   map[int64]*task.Task
 	leases  map[int]leaseRow
 	pending map[int64][]pendingCommand
+	// depsLeft is the op's count of dependencies left for each pipeline
+	// step it counted down, written once per step when the op ends (see
+	// flushDeps) rather than once per dependency that ended: the steps of
+	// a fan-out ending in one batch count their fan-in down once.
+	depsLeft  map[int64]int
+	depsOrder []int64        // the keys of depsLeft, in the order first counted
+	depsDirty map[int64]bool // counts not written yet (saveTask writes one with its row)
 }
 
 // querier is what the writer's connection and a caller's *sql.Tx offer.
@@ -307,6 +314,9 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 		err = o.fn(tx)
 	}
 	if err == nil {
+		err = tx.flushDeps()
+	}
+	if err == nil {
 		err = tx.flushEvents()
 	}
 	if err == nil {
@@ -326,6 +336,21 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 		return wrap(rerr, "release savepoint")
 	}
 	return err
+}
+
+// flushDeps writes the counts of dependencies left that the op's
+// resolves changed.
+func (tx *wtx) flushDeps() error {
+	for _, id := range tx.depsOrder {
+		if !tx.depsDirty[id] {
+			continue
+		}
+		if _, err := tx.exec(`UPDATE flotilla_tasks SET deps_left = ? WHERE id = ?`, tx.depsLeft[id], id); err != nil {
+			return wrap(err, "count down the dependencies of task %d", id)
+		}
+	}
+	tx.depsLeft, tx.depsOrder, tx.depsDirty = nil, nil, nil
+	return nil
 }
 
 // eventsChunk is how many events one INSERT carries (10 parameters each).
