@@ -277,9 +277,6 @@ func resolveDependents(tx *wtx, t *task.Task, m moveDetails) error {
 		if !counted {
 			left = e.left
 		}
-		if child.Status == task.Paused && left <= 0 {
-			continue // paused once its last dependency ended: resuming queues it
-		}
 		left--
 		tx.countDown(child.ID, left, counted)
 		switch {

@@ -47,6 +47,34 @@ func testPipelines(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("AFanInCountsEveryDependencyEndedInOneWrite", func(t *testing.T) {
+		// Two of a fan-in's three dependencies end in one write, the
+		// third in the next: each is counted once, and the fan-in is
+		// released by the write that ends the last, not before.
+		b := setup(t, h)
+		p := b.pipeline("fan-in", step("a"), step("b"), step("c"), step("in", "a", "b", "c"))
+		in := stepTask(t, p, "in")
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		if got := names(claimed); got != "a b c" {
+			t.Fatalf("claimed %q, want a, b and c", got)
+		}
+		out, err := b.s.AdvanceActive(b.ctx, "x", []store.ActiveTransition{
+			{Ref: claimed[0].Ref(), To: task.Succeeded, Node: nodeOf("x")},
+			{Ref: claimed[1].Ref(), To: task.Succeeded, Node: nodeOf("x")}})
+		if err != nil || len(out) != 2 || out[0].Err != nil || out[1].Err != nil {
+			t.Fatalf("ending a and b in one write: %+v, %v", out, err)
+		}
+		if got := b.get(in.ID); got.Status != task.Pending {
+			t.Fatalf("in is %s after two of its three dependencies, want pending", got.Status)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[2].Ref(), To: task.Succeeded})
+		if got := b.get(in.ID); got.Status != task.Queued {
+			t.Fatalf("in is %s after its last dependency succeeded, want queued", got.Status)
+		}
+		checkTrail(b, in.ID)
+	})
+
 	t.Run("EveryStepInThePipelineKeysBucket", func(t *testing.T) {
 		b := setup(t, h)
 		policy, _ := bucket.NewPolicy(numBuckets)
