@@ -61,32 +61,59 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		return store.Command{}, fmt.Errorf("command %q for task %d: the kinds are %s, %s and %s: %w",
 			c.Kind, c.TaskID, store.CommandStop, store.CommandPause, store.CommandResume, store.ErrInvalid)
 	}
-	var cmd store.Command
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			status   string
-			version  int64
-			owner    pgtype.Text
-			claimSeq int64
-		)
-		if err := tx.QueryRow(ctx, issueLockSQL, c.TaskID).Scan(&status, &version, &owner, &claimSeq); err != nil {
-			return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
-		}
-		if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
-			return err
-		}
-		if c.Kind != store.CommandResume {
-			if _, err := tx.Exec(ctx, issueFlagSQL, c.TaskID, c.Kind); err != nil {
-				return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
-			}
-		}
-		var notified int64
-		var err error
-		cmd, err = scanCommand(tx.QueryRow(ctx, issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner, claimSeq), &notified)
-		return wrap(err, "%s command for task %d", c.Kind, c.TaskID)
-	})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+	}
+	// A connection left inside the transaction by an error is closed by
+	// the pool on release, not reused: it rolls back with it.
+	defer conn.Release()
+	cmd, err := issue(ctx, conn.Conn(), c)
+	if err != nil {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		return store.Command{}, err
+	}
+	return cmd, nil
+}
+
+// issue runs IssueCommand's transaction in two round trips, as a stop's
+// latency counts them: the BEGIN with the locking read, then the writes
+// with the COMMIT, once store.CheckCommandTarget has passed on what the
+// read returned.
+func issue(ctx context.Context, conn *pgx.Conn, c store.NewCommand) (store.Command, error) {
+	var (
+		status   string
+		version  int64
+		owner    pgtype.Text
+		claimSeq int64
+	)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(issueLockSQL, c.TaskID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&status, &version, &owner, &claimSeq)
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
+	}
+	if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
+		return store.Command{}, err
+	}
+	var (
+		cmd      store.Command
+		notified int64
+		scanErr  error
+	)
+	b = &pgx.Batch{}
+	if c.Kind != store.CommandResume {
+		b.Queue(issueFlagSQL, c.TaskID, c.Kind)
+	}
+	b.Queue(issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner, claimSeq).QueryRow(func(row pgx.Row) error {
+		cmd, scanErr = scanCommand(row, &notified)
+		return scanErr
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
 	}
 	return cmd, nil
 }
