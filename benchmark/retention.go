@@ -2,8 +2,13 @@ package benchmark
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -133,4 +138,106 @@ func bucketCount(ctx context.Context, s Store) int {
 		return m.NumBuckets
 	}
 	return 1
+}
+
+// SizeRun is the samples of one sustained run, under the name its curves
+// carry on the table-size charts.
+type SizeRun struct {
+	Name    string
+	Samples []SizeSample
+}
+
+// The curve files WriteSizeCurves writes, in the format of
+// docs/charts/data/README.md ("flotilla-series/1"), which the bench
+// module's charts package draws as SVG.
+const (
+	SizeCurveFile = "table-size.json"
+	RowsCurveFile = "table-size-rows.json"
+)
+
+// sizeCurves is a curve file: the benchmark module does not import the
+// bench module (which depends on this one), so the shape is written here
+// and checked by the charts package on reading.
+type sizeCurves struct {
+	Format string      `json:"format"`
+	Chart  string      `json:"chart"`
+	Title  string      `json:"title"`
+	X      curveAxis   `json:"x"`
+	Y      curveAxis   `json:"y"`
+	Source string      `json:"source"`
+	Lines  []sizeCurve `json:"series"`
+}
+
+type curveAxis struct {
+	Label string `json:"label"`
+}
+
+type sizeCurve struct {
+	Name   string       `json:"name"`
+	Points []curvePoint `json:"points"`
+}
+
+type curvePoint struct {
+	X float64 `json:"x"`
+	Y float64 `json:"y"`
+}
+
+// WriteSizeCurves writes the runs' samples into dir as two curve files: the
+// bytes on disk of the task table, its indexes and the event table together
+// (SizeCurveFile), and the task table's rows (RowsCurveFile), each against
+// the seconds since the start of the load. load says what load they ran
+// under, for the titles ("a steady 500 tasks/s"); source, what measured them.
+// A run named like a curve already in a file replaces it; the file's other
+// curves stay, so a run of one variant updates its curve and leaves the rest.
+func WriteSizeCurves(dir, load, source string, runs []SizeRun) error {
+	if len(runs) == 0 {
+		return errors.New("size curves: no runs")
+	}
+	for _, f := range []struct {
+		file, chart, title, y string
+		value                 func(SizeSample) float64
+	}{
+		{SizeCurveFile, "table-size", "Task and event tables on disk under " + load,
+			"MB: task table, its indexes and the event table",
+			func(s SizeSample) float64 {
+				return math.Round(float64(s.TaskBytes+s.TaskIndexBytes+s.EventBytes)/(1<<20)*10) / 10
+			}},
+		{RowsCurveFile, "table-size-rows", "Rows in the task table under " + load,
+			"rows of flotilla_tasks",
+			func(s SizeSample) float64 { return float64(s.Tasks) }},
+	} {
+		path := filepath.Join(dir, f.file)
+		c := sizeCurves{Format: "flotilla-series/1", Chart: f.chart, Title: f.title,
+			X: curveAxis{Label: "seconds since the load started"}, Y: curveAxis{Label: f.y}}
+		if b, err := os.ReadFile(path); err == nil {
+			if err := json.Unmarshal(b, &c); err != nil {
+				return fmt.Errorf("size curves: %s: %w", path, err)
+			}
+			if c.Format != "flotilla-series/1" || c.Chart != f.chart {
+				return fmt.Errorf("size curves: %s holds format %q chart %q, not this benchmark's curves", path, c.Format, c.Chart)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("size curves: %w", err)
+		}
+		c.Source = source
+		for _, r := range runs {
+			line := sizeCurve{Name: r.Name}
+			for _, s := range r.Samples {
+				line.Points = append(line.Points, curvePoint{X: math.Round(s.At.Seconds()), Y: f.value(s)})
+			}
+			if i := slices.IndexFunc(c.Lines, func(l sizeCurve) bool { return l.Name == r.Name }); i >= 0 {
+				c.Lines[i] = line
+			} else {
+				c.Lines = append(c.Lines, line)
+			}
+		}
+		b, err := json.MarshalIndent(c, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("size curves: %w", err)
+		}
+	}
+	return nil
 }

@@ -209,3 +209,69 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// tableSizeSeries is a table-size curve file as BenchmarkSustainedRetention
+// writes it (benchmark.WriteSizeCurves): MB over seconds for each run.
+func tableSizeSeries() *Series {
+	var off, on, vacuum []Point
+	for s := 10.0; s <= 180; s += 10 {
+		off = append(off, Point{s, 2 * s})
+		on = append(on, Point{s, min(2*s, 60)})
+		vacuum = append(vacuum, Point{s, min(2*s, 45)})
+	}
+	return &Series{
+		Format: SeriesFormat, Chart: "table-size", Title: "Task and event tables on disk under a steady 500 tasks/s",
+		X: Axis{Label: "seconds since the load started"}, Y: Axis{Label: "MB: task table, its indexes and the event table"},
+		Source: "go test -bench SustainedRetention",
+		Lines: []Curve{
+			{Name: "retention off", Points: off},
+			{Name: "retention on (20 s, a pass every 5 s)", Points: on},
+			{Name: "retention on, VACUUM at each sample", Points: vacuum},
+		},
+	}
+}
+
+func TestTheTableSizeCurvesDrawEveryRunOverTime(t *testing.T) {
+	data, out := t.TempDir(), t.TempDir()
+	writeJSON(t, filepath.Join(data, "table-size.json"), tableSizeSeries())
+	written, err := Render(data, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 1 || filepath.Base(written[0]) != "table-size.svg" {
+		t.Fatalf("wrote %v, want table-size.svg alone", written)
+	}
+	texts := svgTexts(t, written[0])
+	for _, s := range []string{"steady 500 tasks/s", "seconds since the load started", "MB: task table",
+		"retention off", "retention on (20 s, a pass every 5 s)", "retention on, VACUUM at each sample"} {
+		if !strings.Contains(texts, s) {
+			t.Errorf("table-size.svg does not show %q; its text:\n%s", s, texts)
+		}
+	}
+	// Seconds and megabytes are labelled as whole numbers, both from 0.
+	if strings.Contains(texts, ".00") || strings.Count(texts, "\n0\n") != 2 {
+		t.Errorf("table-size.svg's ticks are not whole numbers from 0; its text:\n%s", texts)
+	}
+}
+
+// The saved data of docs/charts/data is what `make charts` draws: every
+// file there must read and draw, the table-size curves included.
+func TestTheSavedChartDataDraws(t *testing.T) {
+	d, err := ReadDir(filepath.Join("..", "..", "docs", "charts", "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := Draw(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	for _, want := range []string{"table-size", "table-size-rows"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the saved data draws %v: no %s", names, want)
+		}
+	}
+}

@@ -223,6 +223,8 @@ func seriesChart(s *Series) (*plot.Plot, error) {
 	if s.Y.Log {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	} else {
+		p.Y.Tick.Marker = thousandsTicks{}
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -256,6 +258,15 @@ func seriesChart(s *Series) (*plot.Plot, error) {
 		} else {
 			pad := (p.X.Max - p.X.Min) * 0.05
 			p.X.Min, p.X.Max = p.X.Min-pad, p.X.Max+pad
+		}
+	} else if !s.X.Log {
+		// Many points, such as samples over time: plot's default ticks
+		// labelled like the y axis' (1,000), and the axis from 0 when
+		// every x is positive, so that a curve over time starts where the
+		// time does.
+		p.X.Tick.Marker = thousandsTicks{}
+		if p.X.Min > 0 {
+			p.X.Min = 0
 		}
 	}
 	if s.Y.Log {
