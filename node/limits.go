@@ -67,7 +67,9 @@ type limiter struct {
 	// fair queuing): a start of key k is tagged max(turn[k], round), turn[k]
 	// becomes the tag plus one, and round is the highest tag started. A
 	// key's turn minus round is how many rounds it is ahead; keys at or
-	// behind the round are forgotten, as they start in the round.
+	// behind the round are forgotten as soon as the round passes them, as
+	// they start in the round. Every key in turn is named in each limited
+	// claim, so a round also ends once maxKeysAhead keys are ahead of it.
 	turn  map[kindKey]int
 	round int
 	// closed is the (limit, key) pairs closed at the last refresh, to count
@@ -192,7 +194,35 @@ func (l *limiter) hold(ts []*task.Task) {
 		l.turn[k] = tag + 1
 		top = max(top, tag)
 	}
-	l.round = top
+	l.advance(top)
+	for len(l.turn) > maxKeysAhead {
+		l.advance(l.round + 1)
+	}
+}
+
+// maxKeysAhead bounds the keys ahead of the round robin's round, which
+// every limited claim names with their turn. Without a bound, a backlog
+// spread over many keys (10,000 keys of one task each at the head of the
+// queue) has nearly every key ahead until each has started once, and each
+// claim would send and join them all: that cost grew with the keys, not
+// with the tasks claimed. Ending the round early lets a key that started in
+// it start once more before the keys that have not, at most once per
+// maxKeysAhead keys started: the order stays a round robin over any window
+// of fewer keys.
+const maxKeysAhead = 1024
+
+// advance moves the round to round (never back) and forgets the turns it
+// has reached: those keys start in the round like keys never seen.
+func (l *limiter) advance(round int) {
+	if round <= l.round {
+		return
+	}
+	l.round = round
+	for k, turn := range l.turn {
+		if turn <= l.round {
+			delete(l.turn, k)
+		}
+	}
 }
 
 // release frees what a settled attempt held. An attempt claimed while no
@@ -275,31 +305,9 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 			*room = max(0, v)
 		}
 	}
-	// The keys named: those running, those a rate limit has seen, and
-	// those ahead in the round robin.
-	named := map[kindKey]bool{}
-	for k := range l.running {
-		named[k] = true
-	}
-	for k, turn := range l.turn {
-		if turn > l.round {
-			named[k] = true
-		}
-	}
-	for kind, lims := range l.limits {
-		for _, lim := range lims {
-			if lim.Rate > 0 {
-				for rk := range l.tat {
-					if rk.limit == lim.Name {
-						named[kindKey{kind, rk.key}] = true
-					}
-				}
-			}
-		}
-	}
 	// roomOf is what the per-key limits of kind leave a key (-1 for none);
-	// a key not named (seen false) has nothing running and has not started
-	// under a rate limit yet.
+	// a key not seen has nothing running and has not started under a rate
+	// limit yet.
 	roomOf := func(kind, key string, seen bool) int {
 		room, used := -1, 0
 		if seen {
@@ -320,9 +328,17 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 		}
 		return room
 	}
+	// unseenRoom is roomOf for a key not seen, by kind; rated lists the
+	// kinds with a rate limit, whose keys' rooms depend on their own state.
+	unseenRoom := make(map[string]int, len(l.limits))
+	rated := map[string]bool{}
 	for kind, lims := range l.limits {
-		kr := store.KindRoom{Kind: kind, Room: -1, KeyRoom: roomOf(kind, "", false)}
+		unseenRoom[kind] = roomOf(kind, "", false)
+		kr := store.KindRoom{Kind: kind, Room: -1, KeyRoom: unseenRoom[kind]}
 		for _, lim := range lims {
+			if lim.Rate > 0 {
+				rated[kind] = true
+			}
 			if lim.Per == store.PerFleet {
 				sh := l.shares[lim.Name]
 				if now.After(sh.deadline) {
@@ -333,9 +349,46 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 		}
 		lc.Kinds = append(lc.Kinds, kr)
 	}
-	for k := range named {
+	// The keys named, each once: those running, those ahead in the round
+	// robin (every turn kept is ahead: hold forgets the others), and those a
+	// rate limit has seen. A key ahead with nothing running and no rate
+	// state has the room of a key not seen.
+	lc.Keys = make([]store.KeyRoom, 0, len(l.running)+len(l.turn))
+	for k, used := range l.running {
 		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: roomOf(k.kind, k.key, true),
-			Used: l.running[k], Turn: max(0, l.turn[k]-l.round)})
+			Used: used, Turn: max(0, l.turn[k]-l.round)})
+	}
+	for k, turn := range l.turn {
+		if l.running[k] > 0 {
+			continue
+		}
+		room, ok := unseenRoom[k.kind]
+		if !ok {
+			room = -1
+		}
+		if rated[k.kind] {
+			room = roomOf(k.kind, k.key, true)
+		}
+		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: room, Turn: turn - l.round})
+	}
+	ratedNamed := map[kindKey]bool{}
+	for kind, lims := range l.limits {
+		for _, lim := range lims {
+			if lim.Rate == 0 {
+				continue
+			}
+			for rk := range l.tat {
+				k := kindKey{kind, rk.key}
+				if rk.limit != lim.Name || ratedNamed[k] || l.running[k] > 0 {
+					continue
+				}
+				if _, ahead := l.turn[k]; ahead {
+					continue
+				}
+				ratedNamed[k] = true
+				lc.Keys = append(lc.Keys, store.KeyRoom{Kind: kind, Key: rk.key, Room: roomOf(kind, rk.key, true)})
+			}
+		}
 	}
 	// A key is busy, and left out of the claim's second walk, from half
 	// the use of the busiest key: the keys using less are seen even when
@@ -358,10 +411,10 @@ func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.Limi
 const rateIdle = 1
 
 // prune forgets the rate state of keys idle for a period of their limit
-// (or whose limit is gone), and the round-robin turns of keys no longer
-// ahead of the round. A key forgotten starts as a key not seen, which is
-// never allowed more: a fresh key starts from the youngest bucket
-// acquisition, at the earliest now.
+// (or whose limit is gone). A key forgotten starts as a key not seen, which
+// is never allowed more: a fresh key starts from the youngest bucket
+// acquisition, at the earliest now. (The round robin's turns need no
+// pruning: hold forgets each as the round reaches it.)
 func (l *limiter) prune() {
 	now := l.clock()
 	period := map[string]time.Duration{}
@@ -376,11 +429,6 @@ func (l *limiter) prune() {
 		p, ok := period[rk.limit]
 		if !ok || now.Sub(tat) > rateIdle*p {
 			delete(l.tat, rk)
-		}
-	}
-	for k, turn := range l.turn {
-		if turn <= l.round {
-			delete(l.turn, k)
 		}
 	}
 }

@@ -91,7 +91,16 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // keys cost a probe per row, not a scan of the list), and stops at $11
 // candidates; a second walk does the same leaving out the busy keys ($20)
 // and the keys of the first walk's candidates, so that keys queued behind
-// one key's backlog are seen. Over those few it ranks each candidate within
+// one key's backlog are seen. The second walk is skipped (a one-time
+// filter: its scan never runs) when the first walk already holds $5
+// candidates that none of it could precede (sure): over many keys of a
+// few tasks each, the common case, it would lock as many rows again for
+// nothing. A sure candidate is the first of its key among the first walk's,
+// of a key not named (turn 0, none used), of a kind with no room of its own
+// and room for such a key, and needs no resource: it is picked in claim
+// order ahead of any other, and the second walk's candidates come after the
+// first's in claim order (when the first walk stops short of $11, there are
+// none). Over those few it ranks each candidate within
 // its key and its kind, sums each resource in claim order, and takes what
 // the rooms allow in round-robin order: the key's turn ($21) plus the
 // candidate's rank within its key, then fewest used. It bounds the buckets
@@ -118,6 +127,14 @@ WITH held AS (
     ORDER BY t.priority DESC, t.run_at, t.id
     LIMIT $11
     FOR UPDATE OF t SKIP LOCKED
+), sure AS (
+    SELECT f.id
+    FROM (SELECT DISTINCT ON (c.kind, c.lk) c.id, c.kind, c.lk, c.resources
+          FROM cand c ORDER BY c.kind, c.lk, c.priority DESC, c.run_at, c.id) f
+    WHERE f.resources IS NULL
+      AND (f.kind || chr(31) || f.lk) <> ALL($14::text[])
+      AND NOT EXISTS (SELECT 1 FROM unnest($17::text[], $18::int[], $19::int[]) AS kr(kind, room, key_room)
+                      WHERE kr.kind = f.kind AND (kr.room >= 0 OR kr.key_room = 0))
 ), fresh AS (
     SELECT t.id, t.status AS old_status, t.bucket, t.kind, t.priority, t.run_at, t.resources,
            ` + limitKeySQL + ` AS lk
@@ -131,6 +148,7 @@ WITH held AS (
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($20::text[]))
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT c.kind || chr(31) || c.lk FROM cand c)
+      AND (SELECT count(*) FROM sure) < $5
     ORDER BY t.priority DESC, t.run_at, t.id
     LIMIT $11
     FOR UPDATE OF t SKIP LOCKED

@@ -402,6 +402,46 @@ func testLimitsRoundRobin(t *testing.T, h Harness) {
 		}
 	})
 
+	// The first candidates each of a key of its own do not make the second
+	// walk needless when a key behind them could come first: a key ahead
+	// in the round robin, a task that needs what is not free, a key with
+	// no room.
+	t.Run("ClaimSeesKeysBehindFirstCandidatesThatWaitTheirTurn", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "a", Bucket: 4}, store.NewTask{Key: "b", Bucket: 4}, store.NewTask{Key: "c", Bucket: 4},
+			store.NewTask{Key: "d", Bucket: 4})
+		held := b.hold("a", 4)
+		got := b.claimLimited("a", held, 2, store.LimitedClaim{Scan: 3, Keys: []store.KeyRoom{
+			{Kind: "noop", Key: "a", Room: -1, Turn: 1}, {Kind: "noop", Key: "b", Room: -1, Turn: 1},
+			{Kind: "noop", Key: "c", Room: -1, Turn: 1},
+		}})
+		if n := countByKey(got); n["d"] != 1 || len(got) != 2 {
+			t.Errorf("claimed %v, want d (turn 0) and one of a, b, c", n)
+		}
+	})
+	t.Run("ClaimSeesKeysBehindFirstCandidatesThatDoNotFit", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "a", Bucket: 4, Resources: store.Resources{"gpu": 1}},
+			store.NewTask{Key: "b", Bucket: 4, Resources: store.Resources{"gpu": 1}}, store.NewTask{Key: "c", Bucket: 4})
+		held := b.hold("a", 4)
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{Scan: 2, Free: store.Resources{"gpu": 0}})
+		if n := countByKey(got); n["c"] != 1 || len(got) != 1 {
+			t.Errorf("claimed %v, want c", n)
+		}
+	})
+	t.Run("ClaimSeesKeysBehindFirstCandidatesWithNoRoom", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "a", Bucket: 4}, store.NewTask{Key: "b", Bucket: 4}, store.NewTask{Key: "c", Bucket: 4})
+		held := b.hold("a", 4)
+		// Only the keys named have room.
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{Scan: 2,
+			Kinds: []store.KindRoom{{Kind: "noop", Room: -1, KeyRoom: 0}},
+			Keys:  []store.KeyRoom{{Kind: "noop", Key: "c", Room: 1}}})
+		if n := countByKey(got); n["c"] != 1 || len(got) != 1 {
+			t.Errorf("claimed %v, want c", n)
+		}
+	})
+
 	t.Run("ClaimTakesKeysInTurn", func(t *testing.T) {
 		b := setup(t, h)
 		var nts []store.NewTask

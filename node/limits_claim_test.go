@@ -1,0 +1,104 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// newTestLimiter is a limiter whose limits are lims, without a store: hold
+// and claim read only its memory.
+func newTestLimiter(lims ...store.Limit) *limiter {
+	l := newLimiter(nil, "o", "n1", nil, 10, time.Minute, time.Now, zap.NewNop())
+	for _, lim := range lims {
+		l.limits[lim.Kind] = append(l.limits[lim.Kind], lim)
+	}
+	return l
+}
+
+// namedKeys indexes a claim's keys by limit key and fails on a key named
+// twice: the stores take the first or the last of two entries, so both
+// must never be sent.
+func namedKeys(t *testing.T, lc store.LimitedClaim) map[string]store.KeyRoom {
+	t.Helper()
+	out := map[string]store.KeyRoom{}
+	for _, k := range lc.Keys {
+		if _, dup := out[k.Key]; dup {
+			t.Fatalf("key %s of kind %s is named twice in the claim", k.Key, k.Kind)
+		}
+		out[k.Key] = k
+	}
+	return out
+}
+
+// TestLimitClaimNamesEachKeyOnce: a key that runs, is ahead in the round
+// robin or has the state of two rate limits, or any of these, is named
+// once, with its use, its turn and the room its own state leaves; a key
+// only ahead has the room of a key not seen. (b's one start leaves it 1 of its burst of 2,
+// where a key not seen would have 2.)
+func TestLimitClaimNamesEachKeyOnce(t *testing.T) {
+	l := newTestLimiter(
+		store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 2},
+		store.Limit{Name: "fast", Kind: "job", Per: store.PerKey, Rate: 2, Period: time.Second, Burst: 2},
+		store.Limit{Name: "slow", Kind: "job", Per: store.PerKey, Rate: 2, Period: time.Second, Burst: 2},
+		store.Limit{Name: "cap", Kind: "plain", Per: store.PerKey, Concurrency: 3},
+	)
+	l.acquired[0] = time.Now().Add(-time.Hour) // a key not seen has its whole burst
+	// d and e start in a round that then ends: they are no longer ahead,
+	// d keeps only its rate state, e runs.
+	l.hold([]*task.Task{{ID: 4, Kind: "job", Key: "d"}, {ID: 5, Kind: "job", Key: "e"}})
+	l.release(4)
+	l.advance(l.round + 1)
+	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a"}, {ID: 2, Kind: "job", Key: "b"}, {ID: 3, Kind: "plain", Key: "c"}})
+	l.release(2)
+	l.release(3)
+	_, lc := l.claim(nil)
+	keys := namedKeys(t, lc)
+	if a := keys["a"]; a.Used != 1 || a.Turn != 1 || a.Room != 1 {
+		t.Errorf("key a (running, ahead, rate-limited) is named %+v; want used 1, turn 1, room 1", a)
+	}
+	if b := keys["b"]; b.Used != 0 || b.Turn != 1 || b.Room != 1 {
+		t.Errorf("key b (ahead, rate-limited) is named %+v; want used 0, turn 1, room 1", b)
+	}
+	if c := keys["c"]; c.Used != 0 || c.Turn != 1 || c.Room != 3 {
+		t.Errorf("key c (only ahead) is named %+v; want used 0, turn 1, room 3 (a key not seen)", c)
+	}
+	if d := keys["d"]; d.Used != 0 || d.Turn != 0 || d.Room != 1 {
+		t.Errorf("key d (only rate state) is named %+v; want used 0, turn 0, room 1", d)
+	}
+	if e := keys["e"]; e.Used != 1 || e.Turn != 0 || e.Room != 1 {
+		t.Errorf("key e (running, rate state) is named %+v; want used 1, turn 0, room 1", e)
+	}
+	if len(keys) != 5 {
+		t.Errorf("the claim names %d keys; want a to e", len(keys))
+	}
+}
+
+// TestLimitRoundEndsOnceMaxKeysAreAhead: with more keys started in a round
+// than maxKeysAhead, the round ends, so that a claim never names more keys
+// ahead than that, and the key started last is still ahead of the others.
+func TestLimitRoundEndsOnceMaxKeysAreAhead(t *testing.T) {
+	l := newTestLimiter(store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1})
+	last := ""
+	for i := range maxKeysAhead + 10 {
+		last = fmt.Sprint("k", i)
+		l.hold([]*task.Task{{ID: int64(i + 1), Kind: "job", Key: last}})
+		l.release(int64(i + 1))
+	}
+	_, lc := l.claim(nil)
+	keys := namedKeys(t, lc)
+	if len(keys) > maxKeysAhead {
+		t.Errorf("the claim names %d keys ahead; want at most %d", len(keys), maxKeysAhead)
+	}
+	if k, ok := keys[last]; !ok || k.Turn != 1 {
+		t.Errorf("the key started last is named %+v (named: %v); want turn 1", k, ok)
+	}
+	if k, ok := keys["k0"]; ok {
+		t.Errorf("the key started first is still ahead after %d others: %+v", maxKeysAhead+9, k)
+	}
+}
