@@ -484,9 +484,11 @@ const shareRenewal = 100 * time.Millisecond
 // renewShares takes again the share of each fleet-wide limit whose holder
 // holds one, runs tasks of its kind or published a demand, or whose kind a
 // claim found without room since the last pass. A holder with none of
-// these renews at its heartbeat only.
-// It reports whether it took any.
+// these renews at its heartbeat only. It reports whether it took any.
 func (l *limiter) renewShares(ctx context.Context, held []store.HeldBucket) bool {
+	if !l.active() {
+		return false // no limit names the node's kinds: nothing to renew, and no lock taken
+	}
 	wanted := l.shareWanted.Swap(false)
 	l.mu.Lock()
 	var due []store.Limit
