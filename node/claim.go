@@ -74,21 +74,11 @@ func (n *Node) claimPass(ctx context.Context) {
 		var err error
 		limited := n.limits.active()
 		if limited {
-			// The holder's view decides which keys, kinds and resources
-			// have room; the store takes only those.
-			var lc store.LimitedClaim
-			req.Buckets, lc = n.limits.claim(held)
-			if len(req.Buckets) > 0 {
-				claimed, err = n.store.ClaimLimited(cctx, req, lc)
-			}
+			claimed, err = n.claimLimited(cctx, req, held)
 		} else {
 			claimed, err = n.store.ClaimTasks(cctx, req)
 		}
 		cancel()
-		if limited {
-			n.limits.hold(claimed)
-			n.limits.opened(claimed)
-		}
 		n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
 		if err != nil {
 			n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
@@ -101,4 +91,51 @@ func (n *Node) claimPass(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// claimLimited is the claim of a node with limits: the holder's view
+// decides which keys, kinds and resources have room, and the store takes
+// only those. When every kind the node serves is under a fleet-wide limit,
+// the claim asks for no more than the kinds' rooms, and a node whose shares
+// are spent sends no claim at all: the store would take nothing, and a
+// smaller claim looks at fewer candidates.
+func (n *Node) claimLimited(ctx context.Context, req store.ClaimRequest, held []store.HeldBucket) ([]*task.Task, error) {
+	n.limits.shareGate.Lock()
+	defer n.limits.shareGate.Unlock()
+	var lc store.LimitedClaim
+	req.Buckets, lc = n.limits.claim(held)
+	if room, bounded := kindsRoom(lc, n.kinds); bounded {
+		req.Limit = min(req.Limit, room)
+	}
+	for _, kr := range lc.Kinds {
+		if kr.Room == 0 {
+			// Its share is spent: ask again for one before the heartbeat.
+			n.limits.shareWanted.Store(true)
+		}
+	}
+	var claimed []*task.Task
+	var err error
+	if len(req.Buckets) > 0 && req.Limit > 0 {
+		claimed, err = n.store.ClaimLimited(ctx, req, lc)
+	}
+	n.limits.hold(claimed)
+	n.limits.opened(claimed)
+	return claimed, err
+}
+
+// kindsRoom sums the rooms lc gives the kinds; bounded is false when one of
+// them has no room of its own (no fleet-wide limit).
+func kindsRoom(lc store.LimitedClaim, kinds []string) (room int, bounded bool) {
+	rooms := make(map[string]int, len(lc.Kinds))
+	for _, kr := range lc.Kinds {
+		rooms[kr.Kind] = kr.Room
+	}
+	for _, kind := range kinds {
+		r, ok := rooms[kind]
+		if !ok || r < 0 {
+			return 0, false
+		}
+		room += r
+	}
+	return room, true
 }

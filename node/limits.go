@@ -47,6 +47,18 @@ type limiter struct {
 	on    atomic.Bool
 	owned atomic.Int64
 
+	// shareGate serialises the limited claims with the share takes. A
+	// claim decided under a share must have committed before a take that
+	// may shrink that share commits, and a claim after the take must see
+	// the new share: otherwise another holder, granted what this one's new
+	// share and committed rows leave, could start beside tasks this holder
+	// claims under the old share, and the fleet would run more than N.
+	shareGate sync.Mutex
+	// shareWanted is set by a claim that found a fleet-wide limit's kind
+	// without room: the next share pass takes the share again, so that a
+	// holder whose share is spent asks for more before the heartbeat.
+	shareWanted atomic.Bool
+
 	mu     sync.Mutex
 	loaded bool
 	limits map[string][]store.Limit // by kind
@@ -116,6 +128,7 @@ type use struct {
 
 type shareState struct {
 	share    int
+	demand   int       // published with it
 	deadline time.Time // local: sent + TTL - margin
 }
 
@@ -506,7 +519,54 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 	l.writeReasons(ctx, held)
 }
 
+// shareRenewal is how often a holder that holds, uses or wants a share of
+// a fleet-wide limit takes it again between its limit refreshes (or at its
+// heartbeat, when that is shorter). Shares follow the demands only as often
+// as holders take them: at each heartbeat alone a holder that took the
+// whole limit before the others came kept it for a heartbeat while they
+// waited with nothing, and a holder that ran out of queued tasks kept its
+// share idle as long. Each take is one short transaction under the limit's
+// row lock.
+const shareRenewal = 100 * time.Millisecond
+
+// renewShares takes again the share of each fleet-wide limit whose holder
+// holds one, runs tasks of its kind or published a demand, or whose kind a
+// claim found without room since the last pass. A holder with none of
+// these renews at its heartbeat only. It reports whether it took any.
+func (l *limiter) renewShares(ctx context.Context, held []store.HeldBucket) bool {
+	if !l.active() {
+		return false // no limit names the node's kinds: nothing to renew, and no lock taken
+	}
+	wanted := l.shareWanted.Swap(false)
+	l.mu.Lock()
+	var due []store.Limit
+	if l.loaded {
+		for _, lims := range l.limits {
+			for _, lim := range lims {
+				sh := l.shares[lim.Name]
+				if lim.Per == store.PerFleet && (wanted || sh.share > 0 || sh.demand > 0 || l.kindRunning[lim.Kind] > 0) {
+					due = append(due, lim)
+				}
+			}
+		}
+	}
+	l.mu.Unlock()
+	if len(due) == 0 {
+		return false
+	}
+	buckets := make([]int, len(held))
+	for i, h := range held {
+		buckets[i] = h.Bucket
+	}
+	for _, lim := range due {
+		l.takeShare(ctx, lim, buckets)
+	}
+	return true
+}
+
 func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int) {
+	l.shareGate.Lock()
+	defer l.shareGate.Unlock()
 	l.mu.Lock()
 	running := l.kindRunning[lim.Kind]
 	l.mu.Unlock()
@@ -519,7 +579,7 @@ func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int)
 		return
 	}
 	l.mu.Lock()
-	l.shares[lim.Name] = shareState{share: sh.Share, deadline: sent.Add(l.ttl - l.margin)}
+	l.shares[lim.Name] = shareState{share: sh.Share, demand: sh.Demand, deadline: sent.Add(l.ttl - l.margin)}
 	l.mu.Unlock()
 }
 
@@ -631,6 +691,16 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 	for _, h := range hs {
 		delete(l.ready, h.Bucket)
 		l.acquired[h.Bucket] = now
+	}
+}
+
+// sharePass renews the shares of fleet-wide limits between limit passes
+// (see limiter.renewShares) and lets the claim loop use what it learnt.
+func (n *Node) sharePass(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.stmtTimeout)
+	defer cancel()
+	if n.limits.renewShares(ctx, n.keeper.Held()) {
+		n.claimLoop.poke()
 	}
 }
 

@@ -9,8 +9,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/memory"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -494,4 +496,159 @@ func TestLimitRateStateOfIdleKeysIsPruned(t *testing.T) {
 	if after, _ := lc.View().Room("send", "k"); after > room {
 		t.Errorf("the key has room %d once its state is dropped, %d before", after, room)
 	}
+}
+
+// TestLimitFleetShareMovesBetweenHeartbeats: a holder that took the whole
+// fleet-wide limit before another holder wanted any gives part of it back
+// within shareRenewal, not at its next heartbeat: with heartbeats of 30 s,
+// the second holder starts tasks well within the 15 s the test waits.
+func TestLimitFleetShareMovesBetweenHeartbeats(t *testing.T) {
+	b := setup(t)
+	lim := store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}
+	if _, err := b.store.UpsertLimit(b.ctx, lim); err != nil {
+		t.Fatal(err)
+	}
+	config := func(id string, buckets []int) Config {
+		cfg := b.config(t, id, buckets...)
+		cfg.BucketLeaseHeartbeat = 30 * time.Second
+		cfg.BucketLeaseTTL = 90 * time.Second
+		return cfg
+	}
+	first, second := b.bucketRange(0, 32), b.bucketRange(32, 64)
+	release := make(chan struct{})
+	defer close(release)
+	firstLed, secondLed := newLedger(), newLedger()
+	// Queued before the first holder starts: its first take, at its
+	// buckets' acquisition, sees them and takes the whole limit.
+	for _, key := range b.keysIn(bucket.Of(first...), 40) {
+		if _, err := b.store.CreateTasks(b.ctx, []store.NewTask{{Kind: "train", Key: key, Bucket: b.policy.Of(key)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.startNode(t, config("a", first), map[string]Handler{"train": firstLed.handler(release)})
+	eventually(t, "the first holder runs the whole limit", func() bool { return firstLed.started() == 4 })
+	bn := b.startNode(t, config("b", second), map[string]Handler{"train": secondLed.handler(nil)})
+	for _, key := range b.keysIn(bucket.Of(second...), 4) {
+		if _, err := bn.Submit(b.ctx, SubmitRequest{Kind: "train", Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first holder's tasks end one by one; with its share renewed
+	// only at heartbeats it would keep all 4 and start its own next ones.
+	deadline := time.Now().Add(15 * time.Second)
+	for secondLed.started() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second holder started nothing: the first kept the whole limit until its heartbeat")
+		}
+		select {
+		case release <- struct{}{}:
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if _, peak := firstLed.peaks(); peak > 4 {
+		t.Errorf("the first holder ran %d at once, limit 4", peak)
+	}
+}
+
+// shareGateStore answers TakeShare with the share the test sets, and runs
+// the test's during function while the take is in flight; ClaimLimited
+// records the room each claim gave the kind and takes nothing.
+type shareGateStore struct {
+	*memory.Store
+	mu     sync.Mutex
+	grant  int
+	during func()
+	rooms  []int
+}
+
+func (s *shareGateStore) TakeShare(ctx context.Context, req store.ShareRequest) (store.Share, error) {
+	sh, err := s.Store.TakeShare(ctx, req)
+	s.mu.Lock()
+	sh.Share = s.grant
+	during := s.during
+	s.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return sh, err
+}
+
+func (s *shareGateStore) ClaimLimited(_ context.Context, _ store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, kr := range lc.Kinds {
+		s.rooms = append(s.rooms, kr.Room)
+	}
+	return nil, nil
+}
+
+// TestLimitClaimWaitsForAShareTakeInFlight: a claim that starts while the
+// holder takes its share again is decided under the share the take grants,
+// not the one before it. A claim under the old share that committed after
+// a take shrinking it could run tasks another holder was granted room for.
+func TestLimitClaimWaitsForAShareTakeInFlight(t *testing.T) {
+	b := setup(t)
+	if _, err := b.store.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet,
+		Concurrency: 4}); err != nil {
+		t.Fatal(err)
+	}
+	s := &shareGateStore{Store: b.store, grant: 4}
+	n := newNodeOn(t, s, b.config(t, "n1"), map[string]Handler{"train": func(context.Context, *task.Task) error { return nil }})
+	n.kinds = []string{"train"}
+	held := []store.HeldBucket{{Bucket: 1, Epoch: 1}}
+	n.limits.refresh(b.ctx, held, n.kinds) // share 4, bucket 1 ready
+	req := store.ClaimRequest{Owner: n.incarnation, Node: n.id, Buckets: held, Kinds: n.kinds, Limit: 10,
+		LeaseTTL: time.Minute}
+	claimed := make(chan struct{})
+	s.mu.Lock()
+	s.grant = 1
+	s.during = func() {
+		// Started while the take is in flight, the claim may not run
+		// before the take has returned. It is given up to 200 ms to run
+		// (which it does at once without the gate), then the take returns.
+		go func() {
+			defer close(claimed)
+			if _, err := n.claimLimited(b.ctx, req, held); err != nil {
+				t.Error(err)
+			}
+		}()
+		select {
+		case <-claimed:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.mu.Unlock()
+	n.limits.takeShare(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4},
+		[]int{1})
+	<-claimed
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.rooms) != 1 || s.rooms[0] != 1 {
+		t.Errorf("the claim gave the kind rooms %v, want [1]: the share the take in flight granted", s.rooms)
+	}
+}
+
+// TestLimitFleetShareIsAskedForOnceSpent: a holder whose last take found
+// no demand holds no share; when tasks arrive, the claim that finds the
+// kind without room has the share taken again within shareRenewal, not at
+// the next heartbeat (30 s here, past the 15 s the test waits).
+func TestLimitFleetShareIsAskedForOnceSpent(t *testing.T) {
+	b := setup(t)
+	if _, err := b.store.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet,
+		Concurrency: 4}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config(t, "n1")
+	cfg.BucketLeaseHeartbeat = 30 * time.Second
+	cfg.BucketLeaseTTL = 90 * time.Second
+	led := newLedger()
+	n := b.startNode(t, cfg, map[string]Handler{"train": led.handler(nil)})
+	eventually(t, "the first take, with no demand", func() bool {
+		shares, err := b.store.ListShares(b.ctx)
+		return err == nil && len(shares) == 1 && shares[0].Share == 0
+	})
+	if _, err := n.Submit(b.ctx, SubmitRequest{Kind: "train", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the task starts before the heartbeat", func() bool { return led.started() == 1 })
 }

@@ -123,6 +123,7 @@ type Node struct {
 	listenLoop    *loop
 	scheduleLoop  *loop
 	limitLoop     *loop
+	shareLoop     *loop
 	// limits is the holder's in-memory view of its limits (limits.go).
 	limits    *limiter
 	scheduler *scheduler
@@ -166,6 +167,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		listenLoop:    newLoop("notification listener"),
 		scheduleLoop:  newLoop("schedule"),
 		limitLoop:     newLoop("limits"),
+		shareLoop:     newLoop("shares"),
 		scheduler:     newScheduler(),
 		jitter:        defaultJitter,
 		metrics:       cfg.Metrics,
@@ -428,6 +430,9 @@ func (n *Node) startLoops() {
 	}))
 	must(n.limitLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.limitLoop.wake, false, n.limitPass)
+	}))
+	must(n.shareLoop.start(ctx, func(ctx context.Context) {
+		every(ctx, c.Clock, min(c.BucketLeaseHeartbeat, shareRenewal), n.shareLoop.wake, false, n.sharePass)
 	}))
 }
 

@@ -57,6 +57,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.claimLoop.signalStop()
 	n.scheduleLoop.stop() // the leases go soon: their schedules are the successor's
 	n.limitLoop.stop()
+	n.shareLoop.stop()
 	n.listenLoop.stop()
 
 	expired := make(chan struct{})
