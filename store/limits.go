@@ -192,7 +192,7 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 // fewest used (KeyRoom.Used), then in claim order. A key with many queued
 // tasks therefore takes one start per round like a key with few.
 type LimitedClaim struct {
-	Scan  int        // candidates per walk; 0 means 4*Limit, at least 64, at most 10,000
+	Scan  int        // candidates per walk; 0 means 2*Limit, at least 32, at most 10,000
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
 	Keys  []KeyRoom  // keys with a room or use of their own
 	// BusyAt is the use from which a key is busy (0 means 1).
@@ -232,7 +232,7 @@ func (lc LimitedClaim) ScanOf(limit int) int {
 	if lc.Scan > 0 {
 		return lc.Scan
 	}
-	return min(max(4*limit, 64), 10_000)
+	return min(max(2*limit, 32), 10_000)
 }
 
 // ActiveUse is what one active task holds, for a holder that rebuilds its
