@@ -28,14 +28,7 @@ func TestClaimUsesTheClaimIndex(t *testing.T) {
 func testClaimPlan(t *testing.T, analyze bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := New(ctx, testdb.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(ctx, 64); err != nil {
-		t.Fatal(err)
-	}
+	s := migratedStore(ctx, t)
 	fill := []string{
 		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
 		 SELECT 'noop', g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
@@ -258,14 +251,7 @@ func TestCreatedMeanwhileKnowsBothAnswersOfALostRace(t *testing.T) {
 func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := New(ctx, testdb.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(ctx, 64); err != nil {
-		t.Fatal(err)
-	}
+	s := migratedStore(ctx, t)
 	for _, sql := range []string{
 		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
 		 SELECT 'noop', 7, 'queued', now(), 3, now(), now() FROM generate_series(1, 5000) g`,
@@ -277,7 +263,7 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 	}
 	// As AdvanceActive runs it: in a transaction, on the generic plan.
 	var plan []string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
 			return err
 		}
@@ -295,4 +281,19 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on flotilla_tasks ") {
 		t.Errorf("ending a task scans the task table:\n%s", text)
 	}
+}
+
+// migratedStore opens a store on a fresh test database with 64 buckets,
+// closed when the test ends.
+func migratedStore(ctx context.Context, t *testing.T) *Store {
+	t.Helper()
+	s, err := New(ctx, testdb.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(ctx, 64); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
-	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 )
 
@@ -19,14 +18,7 @@ import (
 func TestLimitedClaimFinishesWellWithinItsTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := New(ctx, testdb.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(ctx, 64); err != nil {
-		t.Fatal(err)
-	}
+	s := migratedStore(ctx, t)
 	nts := make([]store.NewTask, 1200)
 	for i := range nts {
 		nts[i] = store.NewTask{Kind: "noop", Key: fmt.Sprintf("k%d", i), LimitKey: fmt.Sprintf("tenant-%d", i%30), Bucket: i % 64}
