@@ -59,22 +59,10 @@ func testClaimPlan(t *testing.T, analyze bool) {
 			buckets, epochs = append(buckets, int32(l.Bucket)), append(epochs, l.Epoch)
 		}
 		// As ClaimTasks runs it: in a transaction, under claimSettingSQL.
-		var plan []string
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, claimSettingSQL, "0"); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, "EXPLAIN "+claimSQL,
-				buckets, epochs, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), epochs)
-			if err != nil {
-				return err
-			}
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, claimSettingSQL, "0")
 			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		}, claimSQL, buckets, epochs, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), epochs)
 		text := strings.Join(plan, "\n")
 		if !strings.Contains(text, "flotilla_tasks_claim_idx") {
 			t.Errorf("holding %s, the claim does not use flotilla_tasks_claim_idx:\n%s", held, text)
@@ -262,22 +250,11 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 		}
 	}
 	// As AdvanceActive runs it: in a transaction, on the generic plan.
-	var plan []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, "EXPLAIN "+advanceSQL, "a", []int64{1}, []int64{1}, []string{"succeeded"},
-			[]string{""}, []string{""}, []*string{nil}, []*string{nil}, []int64{0}, []string{"n"}, allowedFrom, allowedTo)
-		if err != nil {
-			return err
-		}
-		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, genericPlanSQL)
 		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, advanceSQL, "a", []int64{1}, []int64{1}, []string{"succeeded"}, []string{""}, []string{""},
+		[]*string{nil}, []*string{nil}, []int64{0}, []string{"n"}, allowedFrom, allowedTo)
 	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on flotilla_tasks ") {
 		t.Errorf("ending a task scans the task table:\n%s", text)
 	}
@@ -296,4 +273,26 @@ func migratedStore(ctx context.Context, t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// explainIn returns the plan of sql with args, explained in a transaction
+// after set has set it up as the statement's own transaction does.
+func explainIn(ctx context.Context, t *testing.T, s *Store, set func(pgx.Tx) error, sql string, args ...any) []string {
+	t.Helper()
+	var plan []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := set(tx); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
