@@ -61,17 +61,14 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		return store.Command{}, fmt.Errorf("command %q for task %d: the kinds are %s, %s and %s: %w",
 			c.Kind, c.TaskID, store.CommandStop, store.CommandPause, store.CommandResume, store.ErrInvalid)
 	}
-	conn, err := s.pool.Acquire(ctx)
+	var cmd store.Command
+	err := s.batchedTx(ctx, func(conn *pgx.Conn) error {
+		var err error
+		cmd, err = issue(ctx, conn, c)
+		return err
+	})
 	if err != nil {
-		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
-	}
-	// A connection left inside the transaction by an error is closed by
-	// the pool on release, not reused: it rolls back with it.
-	defer conn.Release()
-	cmd, err := issue(ctx, conn.Conn(), c)
-	if err != nil {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		return store.Command{}, err
+		return store.Command{}, err // issue says which command
 	}
 	return cmd, nil
 }

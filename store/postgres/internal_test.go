@@ -262,9 +262,9 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 
 // migratedStore opens a store on a fresh test database with 64 buckets,
 // closed when the test ends.
-func migratedStore(ctx context.Context, t *testing.T) *Store {
+func migratedStore(ctx context.Context, t *testing.T, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(ctx, testdb.New(t))
+	s, err := New(ctx, testdb.New(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,4 +295,84 @@ func explainIn(ctx context.Context, t *testing.T, s *Store, set func(pgx.Tx) err
 		t.Fatal(err)
 	}
 	return plan
+}
+
+// TestACommandRefusedMidTransactionLeavesNothingAndKeepsItsConnection: a
+// command is sent in two batches (batchedTx); a stop refused between them
+// (the task is queued, not active) writes nothing, releases the task's row
+// lock, and gives its connection back to the pool rolled back, not closed.
+// And a command whose task row another transaction holds waits for it,
+// and, its deadline passed, writes nothing either.
+func TestACommandRefusedMidTransactionLeavesNothingAndKeepsItsConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t, WithMaxConns(2))
+	tasks, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tasks[0].ID
+	commands := func() int {
+		t.Helper()
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM flotilla_commands`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Warm the pool to its two connections, so that a new one shows.
+	c1, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.Release()
+	c2.Release()
+	opened := s.pool.Stat().NewConnsCount()
+
+	for range 3 {
+		_, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: store.CommandStop, IssuedBy: "op"})
+		if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "queued") {
+			t.Fatalf("a stop of a queued task: %v, want a conflict naming its state", err)
+		}
+	}
+	if n := commands(); n != 0 {
+		t.Errorf("%d commands written by refused stops", n)
+	}
+	if got := s.pool.Stat().NewConnsCount(); got != opened {
+		t.Errorf("the pool opened %d connections after refused stops: they were closed, not rolled back", got-opened)
+	}
+	// The row lock went with the rollback: another transaction takes it at once.
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT 1 FROM flotilla_tasks WHERE id = $1 FOR UPDATE NOWAIT`, id)
+		return err
+	}); err != nil {
+		t.Fatalf("the task's row is still locked after a refused stop: %v", err)
+	}
+
+	// Another transaction holds the task's row: the command waits, and
+	// gives up at its deadline with nothing written.
+	locker, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = locker.Rollback(ctx) }()
+	if _, err := locker.Exec(ctx, `SELECT 1 FROM flotilla_tasks WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if _, err := s.IssueCommand(short, store.NewCommand{TaskID: id, Kind: store.CommandPause, IssuedBy: "op"}); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pause command for task %d", id)) {
+		t.Fatalf("a pause while another transaction holds the row: %v, want its deadline's error naming the command", err)
+	}
+	if err := locker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := commands(); n != 0 {
+		t.Errorf("%d commands written by a command that gave up", n)
+	}
 }

@@ -412,30 +412,32 @@ ON CONFLICT (limit_name, owner) DO UPDATE SET
 RETURNING expires_at`
 
 // TakeShare renews the owner's share of a fleet-wide limit in two round
-// trips on one connection: BEGIN, the lock and the read in one batch, then
+// trips (Store.batchedTx): BEGIN, the lock and the read in one batch, then
 // the write and COMMIT in another, Go deciding the grant in between. A
 // holder takes its share every 100 ms while it uses the limit, and its
 // claims wait while it does: each round trip saved is time its slots do
-// not wait. A connection left inside the transaction by an error is closed
-// when released, which rolls it back.
+// not wait.
 func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Share, error) {
 	if req.Owner == "" || req.TTL <= 0 {
 		return store.Share{}, fmt.Errorf("take share: an owner and a positive TTL are needed (got %q, %v): %w", req.Owner, req.TTL, store.ErrInvalid)
 	}
-	out, err := s.takeShare(ctx, req)
+	var out store.Share
+	err := s.batchedTx(ctx, func(conn *pgx.Conn) error {
+		var err error
+		out, err = takeShare(ctx, conn, req)
+		return err
+	})
 	if err != nil {
 		return store.Share{}, wrap(err, "take share of limit %s", store.Shorten(req.Limit, 60))
 	}
 	return out, nil
 }
 
-func (s *Store) takeShare(ctx context.Context, req store.ShareRequest) (store.Share, error) {
+// takeShare is TakeShare's transaction on conn. A limit that is gone or
+// not fleet-wide leaves the transaction open with nothing written, for
+// batchedTx to roll back.
+func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (store.Share, error) {
 	out := store.Share{Limit: req.Limit}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return out, err
-	}
-	defer conn.Release()
 	bs := make([]int32, len(req.Buckets))
 	for i, b := range req.Buckets {
 		bs[i] = int32(b)
@@ -448,7 +450,7 @@ func (s *Store) takeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 	var per string
 	var n, queued, others int32
 	var demands []int32
-	_, err = br.Exec()
+	_, err := br.Exec()
 	found := true
 	if err == nil {
 		err = br.QueryRow().Scan(&out.Kind, &per, &n)
@@ -466,8 +468,7 @@ func (s *Store) takeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 		return out, err
 	}
 	if !found || per != store.PerFleet || n == 0 {
-		_, err := conn.Exec(ctx, "COMMIT")
-		return store.Share{Limit: req.Limit}, err
+		return store.Share{Limit: req.Limit}, nil
 	}
 	out.N, out.Found = int(n), true
 	out.Demand = min(req.Running+int(queued), out.N, max(req.MaxDemand, req.Running))

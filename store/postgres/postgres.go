@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flotilla-dev/flotilla/store"
@@ -227,3 +228,25 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 
 // errClosed is returned by Listen after Close.
 var errClosed = errors.New("the store is closed")
+
+// batchedTx runs fn on one connection of the pool, for a transaction that
+// fn sends in batches (BEGIN with its first statements, COMMIT with its
+// last), in fewer round trips than pgx.BeginFunc's one per statement. A
+// transaction fn leaves open, by an error or with nothing to write, is
+// rolled back here, so that the connection goes back to the pool clean.
+func (s *Store) batchedTx(ctx context.Context, fn func(conn *pgx.Conn) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return wrap(err, "begin a transaction")
+	}
+	defer conn.Release()
+	err = fn(conn.Conn())
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		// Without a deadline of its own: the caller's may be what ended fn.
+		// A connection this cannot reach is closed by the pool on release.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+	}
+	return err
+}
