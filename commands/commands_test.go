@@ -108,6 +108,16 @@ func TestStop(t *testing.T) {
 			if res.Status != tc.want || res.Direct() == tc.command {
 				t.Errorf("stop of a %s task: %+v, want %s (command: %v)", tc.from, res, tc.want, tc.command)
 			}
+			// What the CLI prints: the state the stop found, and for a
+			// command the node that runs the task.
+			wantNode := ""
+			if tc.command {
+				wantNode = "a"
+			}
+			if res.From != tc.from || res.Node != wantNode || res.TaskID != tk.ID || res.Kind != store.CommandStop {
+				t.Errorf("stop of a %s task reported from %s, node %q, task %d, kind %s; want from %s, node %q, task %d",
+					tc.from, res.From, res.Node, res.TaskID, res.Kind, tc.from, wantNode, tk.ID)
+			}
 		})
 	}
 }

@@ -124,6 +124,9 @@ func moveTo(s task.Status) action { return action{to: s} }
 // compare-and-set that finds the task moved on is decided again.
 func decide(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy string,
 	choose func(*task.Task) (action, error)) (Result, error) {
+	if res, ok, err := issueFirst(ctx, s, id, kind, reason, issuedBy); ok || err != nil {
+		return res, err
+	}
 	for range maxConflicts {
 		t, err := s.GetTask(ctx, id)
 		if err != nil {
@@ -168,6 +171,28 @@ func decide(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy
 	}
 	return Result{}, fmt.Errorf("%s task %d: it changed state %d times while the request was being applied: %w",
 		kind, id, maxConflicts, store.ErrConflict)
+}
+
+// issueFirst issues a stop or a pause on the task as the store finds it
+// under its row lock, without reading it first: most are for a running
+// task, and the read would cost the issuer a round trip more before its
+// handler is told. The store applies the rules the choices above apply to
+// a command (store.CheckCommandTarget: a stop for an active task, a pause
+// for a running one); ok is false when it refused the task as it is (or
+// found none), and decide then reads it and chooses.
+func issueFirst(ctx context.Context, s store.Store, id int64, kind, reason, issuedBy string) (res Result, ok bool, err error) {
+	if kind != store.CommandStop && kind != store.CommandPause {
+		return Result{}, false, nil
+	}
+	cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: kind, Reason: reason, IssuedBy: issuedBy})
+	switch {
+	case err == nil:
+		return Result{TaskID: id, Kind: kind, From: cmd.TaskStatus, Status: cmd.TaskStatus, Node: cmd.TaskNode,
+			Command: cmd}, true, nil
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		return Result{}, false, nil
+	}
+	return Result{}, false, fmt.Errorf("%s task %d: %w", kind, id, err)
 }
 
 // requested is the audit reason of a direct change.

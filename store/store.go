@@ -119,6 +119,7 @@ type Store interface {
 	// IssueCommand records a command for a task, with the task's current
 	// owner, sets the task's request flag (StopRequested, PauseRequested)
 	// under its row lock, and (stores with notifications) announces it.
+	// The answer carries the task's status and node it was issued on.
 	// ErrNotFound when there is no such task; ErrConflict when
 	// CheckCommandTarget refuses the task as it is now.
 	IssueCommand(ctx context.Context, c NewCommand) (Command, error)
@@ -587,6 +588,13 @@ type Command struct {
 	AckedAt  time.Time
 	AckedBy  string
 	Outcome  string
+
+	// TaskStatus and TaskNode are the task's status and node when the
+	// command was issued, on IssueCommand's answer only (they are not
+	// stored): an issuer that did not read the task first learns from them
+	// what it issued on.
+	TaskStatus task.Status
+	TaskNode   string
 }
 
 // Acked reports whether the command has been applied.

@@ -54,7 +54,9 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		ID: cmd.ID, Owner: cmd.Owner, TaskID: rec.ID, ClaimSeq: rec.ClaimSeq, Kind: cmd.Kind, IssuedAt: cmd.IssuedAt,
 		IssuedBy: cmd.IssuedBy, Reason: cmd.Reason,
 	}.Payload())
-	return *cmd, nil
+	out := *cmd
+	out.TaskStatus, out.TaskNode = rec.Status, rec.Node
+	return out, nil
 }
 
 // ackLeft answers the pending commands of a task that has just left the

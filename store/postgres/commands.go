@@ -15,43 +15,57 @@ import (
 
 const commandColumns = `id, task_id, kind, reason, issued_by, issued_at, owner, acked_at, acked_by, outcome`
 
-// issueLockSQL locks the task a command is for and reads what
-// store.CheckCommandTarget decides on.
-var issueLockSQL = `
-SELECT status, status_version, CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END, claim_seq
-FROM flotilla_tasks WHERE id = $1
-FOR UPDATE`
-
-// issueFlagSQL records a stop or pause on the locked task row, where every
-// move of the task reads it.
-const issueFlagSQL = `
-UPDATE flotilla_tasks
-SET stop_requested = stop_requested OR $2 = 'stop', pause_requested = pause_requested OR $2 = 'pause'
-WHERE id = $1`
-
-// issueInsertSQL records the command with the task's current owner (none
-// unless the task is active) and announces it on TopicCommands as a
-// store.CommandNote, "<id> <owner> <task id> <claim_seq> <kind> <issued at
-// µs> <issued by> <reason>", with the claim_seq ($6) read under the task's
-// row lock.
+// noteTextRunes bounds the issuer and reason a command's notification
+// carries.
 var noteTextRunes = strconv.Itoa(store.NoteTextRunes)
 
-var issueInsertSQL = `
-WITH c AS (
+// issueSQL is IssueCommand in one statement, so that a stop costs its
+// issuer one round trip and one commit. It locks the task's row, decides on
+// it as store.CheckCommandTarget does ($5: the expected status version, 0
+// for any), and, when the task is a target, records a stop or pause on the
+// row (where every move of the task reads it), records the command with
+// the task's current owner (none unless the task is active), and announces
+// it on TopicCommands as a store.CommandNote, "<id> <owner> <task id>
+// <claim_seq> <kind> <issued at µs> <issued by> <reason>", with the
+// claim_seq read under the row lock. The task's status, version and node
+// come back whether or not it was a target: no row means no such task, a
+// row with no command a refusal, which CheckCommandTarget then words.
+var issueSQL = `
+WITH target AS (
+    SELECT id, status, status_version, node, claim_seq,
+           CASE WHEN status IN ` + activeStatusesSQL + ` THEN owner END AS owner
+    FROM flotilla_tasks WHERE id = $1
+    FOR UPDATE
+), allowed AS (
+    SELECT * FROM target
+    WHERE ($5::bigint = 0 OR status_version = $5::bigint)
+      AND CASE $2::text WHEN 'stop' THEN status IN ` + activeStatusesSQL + `
+                        WHEN 'pause' THEN status = 'running'
+                        ELSE true END
+), flagged AS (
+    UPDATE flotilla_tasks t
+    SET stop_requested = t.stop_requested OR $2::text = 'stop',
+        pause_requested = t.pause_requested OR $2::text = 'pause'
+    FROM allowed a
+    WHERE t.id = a.id AND $2::text <> 'resume'
+), c AS (
     INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
-    VALUES ($1, $2, $3, $4, statement_timestamp(), $5)
-    RETURNING ` + commandColumns + `
+    SELECT a.id, $2::text, $3::text, $4::text, statement_timestamp(), a.owner FROM allowed a
+    RETURNING id, issued_at, owner
 ), notified AS (
     SELECT pg_notify('` + string(store.TopicCommands) + `',
-        id::text || ' ' || coalesce(owner, '') || ' ' || task_id::text || ' ' || $6::bigint::text || ' ' || kind
-            || ' ' || floor(extract(epoch FROM issued_at) * 1000000)::bigint::text
-            || ' ' || encode(convert_to(left(issued_by, ` + noteTextRunes + `), 'UTF8'), 'hex')
-            || ' ' || encode(convert_to(left(reason, ` + noteTextRunes + `), 'UTF8'), 'hex')) FROM c
+        c.id::text || ' ' || coalesce(c.owner, '') || ' ' || $1::bigint::text || ' ' || a.claim_seq::text
+            || ' ' || $2::text
+            || ' ' || floor(extract(epoch FROM c.issued_at) * 1000000)::bigint::text
+            || ' ' || encode(convert_to(left($4::text, ` + noteTextRunes + `), 'UTF8'), 'hex')
+            || ' ' || encode(convert_to(left($3::text, ` + noteTextRunes + `), 'UTF8'), 'hex'))
+    FROM c, allowed a
 )
-SELECT ` + commandColumns + `, (SELECT count(*) FROM notified) FROM c`
+SELECT t.status, t.status_version, t.node, c.id, c.issued_at, c.owner, (SELECT count(*) FROM notified)
+FROM target t LEFT JOIN c ON true`
 
 // IssueCommand records a command for a task and announces it, in one
-// transaction that holds the task's row lock: the check of the task's state,
+// statement that holds the task's row lock: the check of the task's state,
 // its request flag and the command row agree with every move of the task,
 // which takes the same lock.
 func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Command, error) {
@@ -61,58 +75,34 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 		return store.Command{}, fmt.Errorf("command %q for task %d: the kinds are %s, %s and %s: %w",
 			c.Kind, c.TaskID, store.CommandStop, store.CommandPause, store.CommandResume, store.ErrInvalid)
 	}
-	var cmd store.Command
-	err := s.batchedTx(ctx, func(conn *pgx.Conn) error {
-		var err error
-		cmd, err = issue(ctx, conn, c)
-		return err
-	})
-	if err != nil {
-		return store.Command{}, err // issue says which command
-	}
-	return cmd, nil
-}
-
-// issue runs IssueCommand's transaction in two round trips, as a stop's
-// latency counts them: the BEGIN with the locking read, then the writes
-// with the COMMIT, once store.CheckCommandTarget has passed on what the
-// read returned.
-func issue(ctx context.Context, conn *pgx.Conn, c store.NewCommand) (store.Command, error) {
 	var (
 		status   string
 		version  int64
+		node     string
+		id       pgtype.Int8
+		issuedAt pgtype.Timestamptz
 		owner    pgtype.Text
-		claimSeq int64
-	)
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(issueLockSQL, c.TaskID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&status, &version, &owner, &claimSeq)
-	})
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
-	}
-	if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
-		return store.Command{}, err
-	}
-	var (
-		cmd      store.Command
 		notified int64
-		scanErr  error
 	)
-	b = &pgx.Batch{}
-	if c.Kind != store.CommandResume {
-		b.Queue(issueFlagSQL, c.TaskID, c.Kind)
-	}
-	b.Queue(issueInsertSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, owner, claimSeq).QueryRow(func(row pgx.Row) error {
-		cmd, scanErr = scanCommand(row, &notified)
-		return scanErr
-	})
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	err := s.pool.QueryRow(ctx, issueSQL, c.TaskID, c.Kind, c.Reason, c.IssuedBy, c.ExpectVersion).
+		Scan(&status, &version, &node, &id, &issuedAt, &owner, &notified)
+	if err != nil {
 		return store.Command{}, wrap(err, "%s command for task %d", c.Kind, c.TaskID)
 	}
-	return cmd, nil
+	if !id.Valid {
+		if err := store.CheckCommandTarget(c, task.Status(status), version); err != nil {
+			return store.Command{}, err
+		}
+		// The statement and CheckCommandTarget disagree: a defect, worded
+		// so that it is found.
+		return store.Command{}, fmt.Errorf("%s command for task %d: refused by the database on a task %s at version %d, "+
+			"which the command rules accept", c.Kind, c.TaskID, status, version)
+	}
+	return store.Command{
+		ID: id.Int64, TaskID: c.TaskID, Kind: c.Kind, Reason: c.Reason, IssuedBy: c.IssuedBy,
+		IssuedAt: issuedAt.Time.UTC(), Owner: owner.String,
+		TaskStatus: task.Status(status), TaskNode: node,
+	}, nil
 }
 
 // pendingCommandsSQL starts from the unacknowledged commands (a small

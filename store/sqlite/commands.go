@@ -69,6 +69,7 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 			ID: out.ID, Owner: out.Owner, TaskID: t.ID, ClaimSeq: t.ClaimSeq, Kind: out.Kind, IssuedAt: out.IssuedAt,
 			IssuedBy: out.IssuedBy, Reason: out.Reason,
 		}.Payload())
+		out.TaskStatus, out.TaskNode = t.Status, t.Node
 		return nil
 	})
 	if err != nil {

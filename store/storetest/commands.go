@@ -21,6 +21,15 @@ func testCommands(t *testing.T, h Harness) {
 		if cmd.ID == 0 || cmd.Owner != "a" || cmd.IssuedAt.IsZero() || cmd.Acked() || cmd.Reason != "bad deploy" {
 			t.Errorf("issued command %+v", cmd)
 		}
+		// The answer says what the command was issued on: an issuer that
+		// does not read the task first (commands.Stop) reports it.
+		if cmd.TaskStatus != task.Running || cmd.TaskNode != running.Node || running.Node == "" {
+			t.Errorf("issued on task %s of node %q, want running on %q", cmd.TaskStatus, cmd.TaskNode, running.Node)
+		}
+		if stored, err := b.s.GetCommand(b.ctx, cmd.ID); err != nil || stored.ID != cmd.ID || stored.IssuedAt != cmd.IssuedAt ||
+			stored.Owner != cmd.Owner || stored.IssuedBy != cmd.IssuedBy || stored.Kind != cmd.Kind || stored.TaskID != cmd.TaskID {
+			t.Errorf("stored command %+v (%v), want what was issued: %+v", stored, err, cmd)
+		}
 		if got := b.get(running.ID); !got.StopRequested || got.PauseRequested {
 			t.Errorf("after a stop command the task reads stop %v pause %v, want the stop recorded on it",
 				got.StopRequested, got.PauseRequested)
