@@ -14,6 +14,7 @@ import (
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // TestClaimUsesTheClaimIndex checks the claim's plan where it matters: with
@@ -374,5 +375,116 @@ func TestACommandRefusedMidTransactionLeavesNothingAndKeepsItsConnection(t *test
 	}
 	if n := commands(); n != 0 {
 		t.Errorf("%d commands written by a command that gave up", n)
+	}
+}
+
+// TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt forces the
+// interleaving issueSQL's row lock exists for: a stop issued while another
+// transaction moves the task waits for it, then decides on the row that
+// transaction committed, not on the one its statement started with. A
+// completion that commits first leaves nothing to stop: no command, no
+// flag. A lease renewal that commits first leaves the task running, and
+// the stop is issued on it.
+func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t, WithMaxConns(4))
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(1), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := func() int64 {
+		t.Helper()
+		created, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: 1,
+			LeaseTTL: time.Minute, Buckets: []store.HeldBucket{{Bucket: 1, Epoch: leases[0].Epoch}}})
+		if err != nil || len(claimed) != 1 || claimed[0].ID != created[0].ID {
+			t.Fatalf("claim: %v %v, want task %d", claimed, err, created[0].ID)
+		}
+		return created[0].ID
+	}
+	commandsFor := func(id int64) int {
+		t.Helper()
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM flotilla_commands WHERE task_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// stopBehind issues a stop while move holds the task's row, and
+	// returns what the stop answered once move has committed.
+	stopBehind := func(id int64, move string) (store.Command, error) {
+		t.Helper()
+		mover, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = mover.Rollback(ctx) }()
+		if _, err := mover.Exec(ctx, move, id); err != nil {
+			t.Fatal(err)
+		}
+		type answer struct {
+			cmd store.Command
+			err error
+		}
+		answered := make(chan answer, 1)
+		go func() {
+			cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: store.CommandStop, IssuedBy: "op"})
+			answered <- answer{cmd, err}
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting int
+			// Read outside mover's transaction, which would keep reading
+			// the snapshot of the activity it took first.
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%flotilla_commands%'`).
+				Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			select {
+			case a := <-answered:
+				t.Fatalf("the stop did not wait for the row another transaction holds: %+v %v", a.cmd, a.err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the stop never waited for the task's row")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := mover.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-answered
+		return a.cmd, a.err
+	}
+
+	done := running()
+	_, err = stopBehind(done, `UPDATE flotilla_tasks SET status = 'succeeded', status_version = status_version + 1,
+		owner = NULL, finished_at = statement_timestamp() WHERE id = $1`)
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "succeeded") {
+		t.Errorf("a stop behind a completion: %v, want a conflict naming succeeded", err)
+	}
+	if n := commandsFor(done); n != 0 {
+		t.Errorf("a stop behind a completion wrote %d commands for the finished task", n)
+	}
+	if got, err := s.GetTask(ctx, done); err != nil || got.StopRequested {
+		t.Errorf("a stop behind a completion marked the finished task: %+v %v", got, err)
+	}
+
+	renewed := running()
+	cmd, err := stopBehind(renewed, `UPDATE flotilla_tasks SET lease_expires_at = lease_expires_at + interval '1 second'
+		WHERE id = $1`)
+	if err != nil || cmd.TaskStatus != task.Running || cmd.Owner != "a" {
+		t.Errorf("a stop behind a lease renewal: %+v %v, want a command on the running task", cmd, err)
+	}
+	if got, err := s.GetTask(ctx, renewed); err != nil || !got.StopRequested {
+		t.Errorf("a stop behind a lease renewal left the task unmarked: %+v %v", got, err)
 	}
 }
