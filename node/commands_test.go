@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/store"
@@ -397,4 +400,40 @@ func TestAStopNoteNamingAnotherAttemptCancelsNothing(t *testing.T) {
 	}
 	eventually(t, "the handler is cancelled by a stop for its attempt", func() bool { return context.Cause(hctx) != nil })
 	eventually(t, "the task is stopped", b.statusIs(t, tk.ID, task.Stopped))
+}
+
+// TestAnAbandonedHandlerIsLoggedBeforeItIsCountedOut holds the order that
+// keeps a node's last log line inside its Shutdown: an abandoned handler's
+// "abandoned" line is written while the handler is still counted, so that
+// Shutdown, which waits for the count to reach zero, cannot return (and its
+// caller close the log's sink) before the line is out.
+func TestAnAbandonedHandlerIsLoggedBeforeItIsCountedOut(t *testing.T) {
+	b := setup(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	var node atomic.Pointer[Node]
+	countedWhenLogged := make(chan int, 1)
+	cfg := b.config(t, "a")
+	cfg.StopGrace = 50 * time.Millisecond
+	cfg.Logger = cfg.Logger.WithOptions(zap.Hooks(func(e zapcore.Entry) error {
+		if strings.HasPrefix(e.Message, "abandoned:") {
+			countedWhenLogged <- node.Load().activeHandlers()
+		}
+		return nil
+	}))
+	n := b.startNode(t, cfg, map[string]Handler{"stubborn": func(ctx context.Context, t *task.Task) error {
+		close(started)
+		<-release // ignores ctx
+		return nil
+	}})
+	node.Store(n)
+	tk := submit(t, n, SubmitRequest{Kind: "stubborn", Key: "k"})
+	receive(t, started, "the handler to start")
+	if _, err := commands.Stop(b.ctx, b.store, tk.ID, "", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the task is stopped after the grace period", b.statusIs(t, tk.ID, task.Stopped))
+	close(release)
+	if got := receive(t, countedWhenLogged, "the abandoned handler's log line"); got != 1 {
+		t.Errorf("the abandoned handler was logged with %d handlers counted, want 1: it was counted out first", got)
+	}
 }

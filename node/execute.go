@@ -171,8 +171,10 @@ func (n *Node) finish(a *attempt, err error) {
 	a.cancel(errAttemptOver)
 
 	if abandoned != nil {
-		n.attempts.returned(a, true)
+		// Logged before it is counted out: once no handler is counted,
+		// Shutdown may return, and its caller may close the logger's sink.
 		n.log.Warn("abandoned: "+abandonReason(abandoned), append(a.fields(), zap.NamedError("handler_error", err))...)
+		n.attempts.returned(a, true)
 		n.claimLoop.poke()
 		// A rescue of the task may have waited for this handler.
 		n.rescuer.loop.poke()
