@@ -298,13 +298,12 @@ func explainIn(ctx context.Context, t *testing.T, s *Store, set func(pgx.Tx) err
 	return plan
 }
 
-// TestACommandRefusedMidTransactionLeavesNothingAndKeepsItsConnection: a
-// command is sent in two batches (batchedTx); a stop refused between them
-// (the task is queued, not active) writes nothing, releases the task's row
-// lock, and gives its connection back to the pool rolled back, not closed.
-// And a command whose task row another transaction holds waits for it,
-// and, its deadline passed, writes nothing either.
-func TestACommandRefusedMidTransactionLeavesNothingAndKeepsItsConnection(t *testing.T) {
+// TestARefusedCommandLeavesNothingAndKeepsItsConnection: a stop refused
+// by issueSQL (the task is queued, not active) writes nothing, releases the
+// task's row lock, and leaves its connection in the pool, not closed. And a
+// command whose task row another transaction holds waits for it, and, its
+// deadline passed, writes nothing either.
+func TestARefusedCommandLeavesNothingAndKeepsItsConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t, WithMaxConns(2))
