@@ -487,3 +487,57 @@ func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
 		t.Errorf("a stop behind a lease renewal left the task unmarked: %+v %v", got, err)
 	}
 }
+
+// TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted: a small batch is
+// inserted and announced in one round trip, the NOTIFY in a transaction of
+// its own after the insert's commit. The notification names the buckets of
+// the tasks due at once and finds them committed; a batch that fails (a
+// unique key taken) announces nothing and leaves its connection usable; a
+// delayed task is not announced.
+func TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t, WithMaxConns(2))
+	listener, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, `LISTEN `+string(store.TopicTasks)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = listener.Exec(context.Background(), `UNLISTEN *`) }()
+	next := func() (payload string, visible int) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		note, err := listener.Conn().WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		if err := listener.QueryRow(ctx, `SELECT count(*) FROM flotilla_tasks`).Scan(&visible); err != nil {
+			t.Fatal(err)
+		}
+		return note.Payload, visible
+	}
+
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "a", Bucket: 5, UniqueKey: "once"}}); err != nil {
+		t.Fatal(err)
+	}
+	if payload, visible := next(); payload != "5" || visible != 1 {
+		t.Errorf("notification %q with %d tasks visible, want bucket 5 with the task committed", payload, visible)
+	}
+	_, err = s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "b", Bucket: 6},
+		{Kind: "noop", Key: "a", Bucket: 7, UniqueKey: "once"}})
+	if !errors.Is(err, store.ErrDuplicate) {
+		t.Fatalf("a batch with a taken unique key: %v, want store.ErrDuplicate", err)
+	}
+	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "c", Bucket: 8, Delay: time.Hour},
+		{Kind: "noop", Key: "d", Bucket: 9}}); err != nil {
+		t.Fatalf("a batch after the failed one, on the same pool: %v", err)
+	}
+	if payload, visible := next(); payload != "9" || visible != 3 {
+		t.Errorf("notification %q with %d tasks visible, want bucket 9 only (not the failed batch's, not the "+
+			"delayed task's) with 3 tasks committed", payload, visible)
+	}
+}

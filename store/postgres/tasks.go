@@ -158,23 +158,7 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 		return nil, err
 	}
 	if len(tasks) < copyThreshold {
-		// Insert, commit, then announce in a transaction of its own.
-		// PostgreSQL serialises the commits of transactions that notify
-		// (a lock held through the commit's WAL flush), so a NOTIFY inside
-		// the insert would queue every concurrent submitter behind one
-		// another's disk flush; a notify-only transaction writes no WAL.
-		out, err := insertTasksWith(ctx, s.pool, insertTasksQuietSQL, tasks)
-		if err != nil {
-			return nil, err
-		}
-		var due []int
-		for _, t := range out {
-			if t.Status == task.Queued {
-				due = append(due, t.Bucket)
-			}
-		}
-		s.announce(ctx, due)
-		return out, nil
+		return s.insertThenAnnounce(ctx, tasks)
 	}
 	var out []*task.Task
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -207,6 +191,85 @@ func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {
 		return err
 	}
 	return store.CheckNewTasks(tasks, n)
+}
+
+// insertThenAnnounce creates a small batch and announces the buckets of
+// its due tasks, in one round trip: the insert in a transaction of its own
+// (BEGIN, the insert, COMMIT), then the NOTIFY in the next, sent together.
+// PostgreSQL serialises the commits of transactions that notify (a lock
+// held through the commit's WAL flush), so a NOTIFY inside the insert would
+// queue every concurrent submitter behind one another's disk flush; a
+// notify-only transaction writes no WAL. Sending both at once spares the
+// submitter a round trip and has the notification leave as soon as the
+// insert has committed, not once the submitter has heard so.
+//
+// Only tasks due by any clock near ours are announced that way (see
+// surelyDue): the others are queued or not by the database's clock, and are
+// announced after the answer, once it says so. A notification whose insert
+// failed is not sent: the server skips the rest of the batch after an
+// error.
+func (s *Store) insertThenAnnounce(ctx context.Context, tasks []store.NewTask) ([]*task.Task, error) {
+	now := time.Now()
+	var sure []int
+	for _, nt := range tasks {
+		if surelyDue(nt, now) {
+			sure = append(sure, nt.Bucket)
+		}
+	}
+	var (
+		out       []*task.Task
+		committed bool
+	)
+	err := s.batchedTx(ctx, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(insertTasksQuietSQL, newTaskBatch(tasks).args()...).Query(func(rows pgx.Rows) error {
+			var err error
+			out, err = scanTasks(rows)
+			return err
+		})
+		b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error {
+			committed = true
+			return nil
+		})
+		if len(sure) > 0 {
+			b.Queue(notifyTasksSQL, bucket.Of(sure...).String())
+		}
+		return conn.SendBatch(ctx, b).Close()
+	})
+	// Once the insert has committed the tasks exist, whatever became of
+	// the notification: it is a hint, and nodes poll.
+	if err != nil && !committed {
+		return nil, createError(err, len(tasks))
+	}
+	if len(out) != len(tasks) {
+		return nil, fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
+	}
+	var late []int
+	for i, t := range out { // in input order, and the insert returns what it was given
+		t.LimitKey, t.Resources = tasks[i].LimitKey, maps.Clone(tasks[i].Resources)
+		if t.Status == task.Queued && !surelyDue(tasks[i], now) {
+			late = append(late, t.Bucket)
+		}
+	}
+	if len(sure) > 0 {
+		s.deliverLocally(store.TopicTasks, bucket.Of(sure...).String())
+	}
+	s.announce(ctx, late)
+	return out, nil
+}
+
+// clockTrust is how far the database's clock may be behind this process's
+// for surelyDue to hold.
+const clockTrust = time.Minute
+
+// surelyDue reports whether a new task will be queued at once, read from
+// this process's clock now: it has no delay and no dependency, and no run
+// time of its own or one over clockTrust ago. Should the database's clock
+// be further behind, such a task is scheduled, and its bucket was
+// announced for nothing: a hint that a claim finds nothing behind.
+func surelyDue(nt store.NewTask, now time.Time) bool {
+	return nt.Delay <= 0 && !nt.Pending && (nt.RunAt.IsZero() || nt.RunAt.Before(now.Add(-clockTrust)))
 }
 
 // insertTasks creates a batch in one statement (an implicit transaction on
