@@ -218,6 +218,17 @@ func TestAHandlerThatIgnoresItsStopIsAbandoned(t *testing.T) {
 
 // checkpointing is a handler that works in steps, checkpointing between
 // them: paused, it saves the steps done; resumed, it carries on from them.
+// heldUntil is a handler that closes started and returns only once release
+// is closed, whatever its context says: a handler that never checkpoints,
+// or one that ignores its stop.
+func heldUntil(started chan<- struct{}, release <-chan struct{}) Handler {
+	return func(context.Context, *task.Task) error {
+		close(started)
+		<-release
+		return nil
+	}
+}
+
 func checkpointing(started chan<- json.RawMessage, finish <-chan struct{}) Handler {
 	return func(ctx context.Context, t *task.Task) error {
 		started <- t.Progress
@@ -273,11 +284,7 @@ func TestPauseAtACheckpointAndResume(t *testing.T) {
 func TestAHandlerThatNeverCheckpointsFinishesDespiteAPause(t *testing.T) {
 	b := setup(t)
 	started, finish := make(chan struct{}), make(chan struct{})
-	n := b.startNode(t, b.config(t, "a"), map[string]Handler{"plain": func(ctx context.Context, t *task.Task) error {
-		close(started)
-		<-finish
-		return nil
-	}})
+	n := b.startNode(t, b.config(t, "a"), map[string]Handler{"plain": heldUntil(started, finish)})
 	tk := submit(t, n, SubmitRequest{Kind: "plain", Key: "k"})
 	receive(t, started, "the handler")
 	if _, err := commands.Pause(b.ctx, b.store, tk.ID, "", "ops"); err != nil {
@@ -420,11 +427,7 @@ func TestAnAbandonedHandlerIsLoggedBeforeItIsCountedOut(t *testing.T) {
 		}
 		return nil
 	}))
-	n := b.startNode(t, cfg, map[string]Handler{"stubborn": func(ctx context.Context, t *task.Task) error {
-		close(started)
-		<-release // ignores ctx
-		return nil
-	}})
+	n := b.startNode(t, cfg, map[string]Handler{"stubborn": heldUntil(started, release)})
 	node.Store(n)
 	tk := submit(t, n, SubmitRequest{Kind: "stubborn", Key: "k"})
 	receive(t, started, "the handler to start")
