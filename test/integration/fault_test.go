@@ -367,14 +367,23 @@ FROM flotilla_task_events WHERE node = 'holder'`, termAt).Scan(&releasedTasks, &
 	}
 }
 
-// waitUntilRunning waits until the node runs at least n tasks.
+// waitUntilRunning waits until the node runs at least n tasks: their
+// handlers have started (the probe ledger has the start of the current
+// attempt, and no end), not only their rows been claimed. A fault injected
+// between a claim and its handlers' first write would otherwise find no
+// execution to interrupt, and a scenario that follows the interrupted
+// executions would wait for ones that never began.
 func (r *rig) waitUntilRunning(node string, n int) {
 	r.t.Helper()
 	eventually(r.t, startWithin, fmt.Sprintf("%s runs %d tasks", node, n), func() bool {
 		ctx, cancel := context.WithTimeout(r.t.Context(), queryTimeout)
 		defer cancel()
 		var running int
-		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM flotilla_tasks WHERE node = $1 AND status = 'running'`, node).Scan(&running)
+		err := r.pool.QueryRow(ctx, `
+SELECT count(*) FROM flotilla_tasks t
+WHERE t.node = $1 AND t.status = 'running'
+  AND EXISTS (SELECT 1 FROM probe_ledger l WHERE l.task_id = t.id AND l.claim_seq = t.claim_seq AND l.ended_at IS NULL)`,
+			node).Scan(&running)
 		return err == nil && running >= n
 	})
 }
