@@ -216,6 +216,7 @@ func (s *Store) insertThenAnnounce(ctx context.Context, tasks []store.NewTask) (
 			sure = append(sure, nt.Bucket)
 		}
 	}
+	sureSet := bucket.Of(sure...).String()
 	var (
 		out       []*task.Task
 		committed bool
@@ -233,7 +234,7 @@ func (s *Store) insertThenAnnounce(ctx context.Context, tasks []store.NewTask) (
 			return nil
 		})
 		if len(sure) > 0 {
-			b.Queue(notifyTasksSQL, bucket.Of(sure...).String())
+			b.Queue(notifyTasksSQL, sureSet)
 		}
 		return conn.SendBatch(ctx, b).Close()
 	})
@@ -242,18 +243,17 @@ func (s *Store) insertThenAnnounce(ctx context.Context, tasks []store.NewTask) (
 	if err != nil && !committed {
 		return nil, createError(err, len(tasks))
 	}
-	if len(out) != len(tasks) {
-		return nil, fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
+	if err := completeInserted(tasks, out); err != nil {
+		return nil, err
 	}
 	var late []int
-	for i, t := range out { // in input order, and the insert returns what it was given
-		t.LimitKey, t.Resources = tasks[i].LimitKey, maps.Clone(tasks[i].Resources)
+	for i, t := range out {
 		if t.Status == task.Queued && !surelyDue(tasks[i], now) {
 			late = append(late, t.Bucket)
 		}
 	}
 	if len(sure) > 0 {
-		s.deliverLocally(store.TopicTasks, bucket.Of(sure...).String())
+		s.deliverLocally(store.TopicTasks, sureSet)
 	}
 	s.announce(ctx, late)
 	return out, nil
@@ -287,13 +287,22 @@ func insertTasksWith(ctx context.Context, q querier, sql string, tasks []store.N
 	if err != nil {
 		return nil, createError(err, len(tasks))
 	}
+	if err := completeInserted(tasks, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// completeInserted checks that an insert returned one task per input, and
+// gives each what its row was not read back with.
+func completeInserted(tasks []store.NewTask, out []*task.Task) error {
 	if len(out) != len(tasks) {
-		return nil, fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
+		return fmt.Errorf("create %d tasks: %d were returned", len(tasks), len(out))
 	}
 	for i, t := range out { // in input order, and the insert returns what it was given
 		t.LimitKey, t.Resources = tasks[i].LimitKey, maps.Clone(tasks[i].Resources)
 	}
-	return out, nil
+	return nil
 }
 
 const reserveIDsSQL = `
