@@ -98,6 +98,27 @@ func (c *countingStore) AdvanceActive(ctx context.Context, owner string, batch [
 	c.advanceNanos.Add(int64(time.Since(t0)))
 	c.advances.Add(1)
 	c.advanced.Add(int64(len(batch)))
+	c.count(out)
+	return out, err
+}
+
+// AdvanceAndClaimLimited counts as AdvanceActive does; its claim is
+// counted with the write.
+func (c *countingStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	t0 := time.Now()
+	out, claimed, err := c.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+	c.advanceNanos.Add(int64(time.Since(t0)))
+	if out != nil {
+		c.advances.Add(1)
+		c.advanced.Add(int64(len(batch)))
+	}
+	c.count(out)
+	return out, claimed, err
+}
+
+// count notes the tasks out says succeeded, each once.
+func (c *countingStore) count(out []store.Outcome) {
 	var ok int
 	c.mu.Lock()
 	for _, o := range out {
@@ -114,7 +135,6 @@ func (c *countingStore) AdvanceActive(ctx context.Context, owner string, batch [
 		default:
 		}
 	}
-	return out, err
 }
 
 func (c *countingStore) RenewTaskLeases(ctx context.Context, owner string, refs []task.Ref, ttl time.Duration) (store.Renewal, error) {

@@ -26,6 +26,13 @@ func (w *writeSignal) AdvanceActive(ctx context.Context, owner string, batch []s
 	return out, err
 }
 
+func (w *writeSignal) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	out, claimed, err := w.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+	w.written <- len(batch)
+	return out, claimed, err
+}
+
 // BenchmarkLoneTask measures one task from Submit to its recorded outcome,
 // and (write-wait-ns) how long its outcome waited between the handler's
 // return and the end of the write: a lone completion must not wait for a

@@ -43,53 +43,68 @@ func (n *Node) capacity() int {
 // incarnation holds under that epoch.
 func (n *Node) claimPass(ctx context.Context) {
 	defer n.claimPasses.Add(1)
-	for ctx.Err() == nil {
-		free := min(n.capacity(), maxClaimBatch)
-		if free <= 0 {
-			return
+	for ctx.Err() == nil && n.claimOnce(ctx) {
+	}
+}
+
+// claimOnce sends one claim for the node's free slots and starts what it
+// took; it reports whether the claim filled every slot it asked for.
+func (n *Node) claimOnce(ctx context.Context) (full bool) {
+	n.claimMu.Lock()
+	var prepared []*attempt
+	defer func() {
+		n.claimMu.Unlock()
+		for _, a := range prepared {
+			n.execute(a)
 		}
-		held := n.keeper.Held()
-		if len(held) == 0 || len(n.kinds) == 0 {
-			return
-		}
-		// The statement is not cut by a stop: tasks the store may have
-		// claimed must reach the running set, to be run or released. For the
-		// same reason the client waits twice as long as the statement may
-		// run: the store has the database enforce half the deadline, so a
-		// slow claim is rolled back there rather than committed behind a
-		// client that has stopped listening.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
-		// The task leases start in the database after this moment, so the
-		// attempts' local deadlines count from it.
-		sent := n.cfg.Clock.Now()
-		req := store.ClaimRequest{
-			Owner:    n.incarnation,
-			Node:     n.id,
-			Buckets:  held,
-			Kinds:    n.kinds,
-			Limit:    free,
-			LeaseTTL: n.cfg.TaskLeaseTTL,
-		}
-		var claimed []*task.Task
-		var err error
-		limited := n.limits.active()
-		if limited {
-			claimed, err = n.claimLimited(cctx, req, held)
-		} else {
-			claimed, err = n.store.ClaimTasks(cctx, req)
-		}
-		cancel()
-		n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
-		if err != nil {
-			n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
-			return
-		}
-		for _, t := range claimed {
-			n.launch(t, sent)
-		}
-		if len(claimed) < free {
-			return
-		}
+	}()
+	free := min(n.capacity(), maxClaimBatch)
+	if free <= 0 {
+		return false
+	}
+	held := n.keeper.Held()
+	if len(held) == 0 || len(n.kinds) == 0 {
+		return false
+	}
+	// The statement is not cut by a stop: tasks the store may have
+	// claimed must reach the running set, to be run or released. For the
+	// same reason the client waits twice as long as the statement may
+	// run: the store has the database enforce half the deadline, so a
+	// slow claim is rolled back there rather than committed behind a
+	// client that has stopped listening.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+	// The task leases start in the database after this moment, so the
+	// attempts' local deadlines count from it.
+	sent := n.cfg.Clock.Now()
+	req := n.claimRequest(held, free)
+	var claimed []*task.Task
+	var err error
+	if n.limits.active() {
+		claimed, err = n.claimLimited(cctx, req, held)
+	} else {
+		claimed, err = n.store.ClaimTasks(cctx, req)
+	}
+	cancel()
+	n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
+	if err != nil {
+		n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
+		return false
+	}
+	for _, t := range claimed {
+		prepared = append(prepared, n.prepare(t, sent))
+	}
+	return len(claimed) >= free
+}
+
+// claimRequest asks for up to free tasks of the node's kinds in held.
+func (n *Node) claimRequest(held []store.HeldBucket, free int) store.ClaimRequest {
+	return store.ClaimRequest{
+		Owner:    n.incarnation,
+		Node:     n.id,
+		Buckets:  held,
+		Kinds:    n.kinds,
+		Limit:    free,
+		LeaseTTL: n.cfg.TaskLeaseTTL,
 	}
 }
 
@@ -102,8 +117,23 @@ func (n *Node) claimPass(ctx context.Context) {
 func (n *Node) claimLimited(ctx context.Context, req store.ClaimRequest, held []store.HeldBucket) ([]*task.Task, error) {
 	n.limits.shareGate.Lock()
 	defer n.limits.shareGate.Unlock()
+	req, lc := n.limitedRequest(req, held, nil)
+	var claimed []*task.Task
+	var err error
+	if len(req.Buckets) > 0 && req.Limit > 0 {
+		claimed, err = n.store.ClaimLimited(ctx, req, lc)
+	}
+	n.limits.hold(claimed)
+	n.limits.opened(claimed)
+	return claimed, err
+}
+
+// limitedRequest narrows req to what the limiter leaves room for, as if
+// the attempts ending had already freed what they hold (their outcomes are
+// written first, in the same transaction). The caller holds shareGate.
+func (n *Node) limitedRequest(req store.ClaimRequest, held []store.HeldBucket, ending []int64) (store.ClaimRequest, store.LimitedClaim) {
 	var lc store.LimitedClaim
-	req.Buckets, lc = n.limits.claim(held)
+	req.Buckets, lc = n.limits.claim(held, ending)
 	if room, bounded := kindsRoom(lc, n.kinds); bounded {
 		req.Limit = min(req.Limit, room)
 	}
@@ -113,14 +143,73 @@ func (n *Node) claimLimited(ctx context.Context, req store.ClaimRequest, held []
 			n.limits.shareWanted.Store(true)
 		}
 	}
-	var claimed []*task.Task
-	var err error
-	if len(req.Buckets) > 0 && req.Limit > 0 {
-		claimed, err = n.store.ClaimLimited(ctx, req, lc)
+	return req, lc
+}
+
+// flushAndClaim writes a batch of outcomes of a node with limits and, in
+// the same transaction, claims what the slots they free may start, so that
+// a slot under a limit waits for one write instead of an outcome write and
+// then a claim (see Store.AdvanceAndClaimLimited). It reports whether the
+// outcomes were written; when it does not, the completer writes them alone,
+// and the claim loop, poked once they are settled, claims.
+//
+// A claim pass in flight is waited for, since both count the same free
+// slots; it then claims along when the slots and the limiter leave room
+// and the batch can go in one statement, and never once the node stops.
+func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
+	if !n.limits.active() || ctx.Err() != nil || n.isDraining() {
+		return false // a node that stops claims nothing new
+	}
+	n.claimMu.Lock()
+	var prepared []*attempt
+	defer func() {
+		n.claimMu.Unlock()
+		for _, a := range prepared {
+			n.execute(a)
+		}
+	}()
+	registered, active, _ := n.attempts.counts()
+	free := min(n.cfg.Concurrency-active, 2*n.cfg.Concurrency-(registered-len(batch)), maxClaimBatch)
+	held := n.keeper.Held()
+	trs := transitions(batch)
+	if free <= 0 || len(held) == 0 || len(n.kinds) == 0 || store.CheckOneWrite(trs) != nil {
+		return false
+	}
+	ending := make([]int64, len(batch))
+	for i, cp := range batch {
+		ending[i] = cp.a.ref.ID
+	}
+	n.limits.shareGate.Lock()
+	req, lc := n.limitedRequest(n.claimRequest(held, free), held, ending)
+	if len(req.Buckets) == 0 || req.Limit <= 0 {
+		n.limits.shareGate.Unlock()
+		return false
+	}
+	// As for a claim pass and an outcome write: not cut by a stop.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+	sent := n.cfg.Clock.Now()
+	outcomes, claimed, err := n.store.AdvanceAndClaimLimited(wctx, n.incarnation, trs, req, lc)
+	cancel()
+	took := n.cfg.Clock.Now().Sub(sent)
+	if outcomes == nil {
+		n.limits.shareGate.Unlock()
+		n.log.Warn("recording task outcomes with a claim failed; recording them alone",
+			zap.Int("tasks", len(batch)), zap.Error(err))
+		return false
 	}
 	n.limits.hold(claimed)
 	n.limits.opened(claimed)
-	return claimed, err
+	for _, t := range claimed {
+		prepared = append(prepared, n.prepare(t, sent))
+	}
+	n.limits.shareGate.Unlock()
+	n.metrics.Claimed(claimed, took, err)
+	if err != nil {
+		n.log.Warn("claiming tasks with an outcome write failed; will retry", zap.Int("limit", req.Limit), zap.Error(err))
+	}
+	n.metrics.Flushed(n.finished(batch, outcomes), took, nil)
+	n.written(batch, outcomes)
+	return true
 }
 
 // kindsRoom sums the rooms lc gives the kinds; bounded is false when one of

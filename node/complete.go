@@ -137,19 +137,34 @@ func (c *completer) drain(ctx context.Context) {
 // cut a write whose result the store may already have committed.
 func (c *completer) flush(ctx context.Context, batch []completion) bool {
 	n := c.n
-	trs := make([]store.ActiveTransition, len(batch))
-	for i, cp := range batch {
-		trs[i] = cp.tr
+	if n.flushAndClaim(ctx, batch) {
+		return true
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
 	sent := n.cfg.Clock.Now()
-	outcomes, err := n.store.AdvanceActive(wctx, n.incarnation, trs)
+	outcomes, err := n.store.AdvanceActive(wctx, n.incarnation, transitions(batch))
 	cancel()
 	n.metrics.Flushed(n.finished(batch, outcomes), n.cfg.Clock.Now().Sub(sent), err)
 	if err != nil {
 		n.log.Warn("recording task outcomes failed; will retry", zap.Int("tasks", len(batch)), zap.Error(err))
 		return false
 	}
+	n.written(batch, outcomes)
+	return true
+}
+
+// transitions are the batch's moves, in its order.
+func transitions(batch []completion) []store.ActiveTransition {
+	trs := make([]store.ActiveTransition, len(batch))
+	for i, cp := range batch {
+		trs[i] = cp.tr
+	}
+	return trs
+}
+
+// written logs what became of each attempt of a written batch and settles
+// them: their slots are free.
+func (n *Node) written(batch []completion, outcomes []store.Outcome) {
 	attempts := make([]*attempt, len(batch))
 	for i, cp := range batch {
 		attempts[i] = cp.a
@@ -160,7 +175,6 @@ func (c *completer) flush(ctx context.Context, batch []completion) bool {
 		n.logOutcome(cp, outcomes[i])
 	}
 	n.settle(attempts)
-	return true
 }
 
 // logOutcome logs what became of one attempt.
@@ -198,7 +212,7 @@ func (n *Node) logOutcome(cp completion, o store.Outcome) {
 func (n *Node) settle(attempts []*attempt) {
 	n.attempts.settle(attempts)
 	for _, a := range attempts {
-		n.limits.release(a.ref.ID)
+		n.limits.release(a.ref)
 	}
 	n.claimLoop.poke()
 }

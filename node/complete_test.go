@@ -33,6 +33,18 @@ func (g *gatedStore) AdvanceActive(ctx context.Context, owner string, batch []st
 	return g.Store.AdvanceActive(ctx, owner, batch)
 }
 
+func (g *gatedStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	g.mu.Lock()
+	first := len(g.batches) == 0
+	g.batches = append(g.batches, len(batch))
+	g.mu.Unlock()
+	if first {
+		<-g.gate
+	}
+	return g.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+}
+
 func (g *gatedStore) sizes() []int {
 	g.mu.Lock()
 	defer g.mu.Unlock()

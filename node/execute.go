@@ -28,9 +28,10 @@ type GoroutineExecutor struct{}
 
 func (GoroutineExecutor) Execute(run func()) { go run() }
 
-// InlineExecutor runs each attempt in the claim loop's goroutine, before the
-// next task of the batch starts: one handler at a time, in claim order. It is
-// meant for tests and for debugging a handler.
+// InlineExecutor runs each attempt in the goroutine that claimed it (the
+// claim loop, or the completer when it claims along with an outcome write),
+// before the next task of the batch starts: one handler at a time, in claim
+// order. It is meant for tests and for debugging a handler.
 type InlineExecutor struct{}
 
 func (InlineExecutor) Execute(run func()) { run() }
@@ -42,14 +43,17 @@ var errAttemptOver = errors.New("attempt over")
 // an earlier attempt of the same task still runs on this node.
 var errEarlierAttemptRunning = errors.New("an earlier attempt of the task still runs on this node")
 
-// launch starts a claimed task, sent being the moment on the node's clock
-// before the claim was sent: the database started the task lease no earlier.
+// prepare registers the attempt of a claimed task, which from then on
+// counts against the node's slots (see capacity), ready for execute; sent is
+// the moment on the node's clock before the claim was sent: the database
+// started the task lease no earlier. A claimer prepares its tasks before it
+// lets another claimer count the slots, and executes them after.
 //
 // The attempt's context derives from its bucket lease's context under the
 // epoch it was claimed in, so a bucket lost at any moment, before this line
 // or after, cancels it; an attempt whose bucket is not held under that epoch
 // any more is abandoned before its handler starts.
-func (n *Node) launch(t *task.Task, sent time.Time) {
+func (n *Node) prepare(t *task.Task, sent time.Time) *attempt {
 	h := n.handlers[t.Kind] // immutable after Start
 	a := &attempt{
 		view: t, handler: h, ref: t.Ref(), bucket: t.Bucket, epoch: t.Epoch,
@@ -100,6 +104,11 @@ func (n *Node) launch(t *task.Task, sent time.Time) {
 	if ce := n.log.Check(zap.DebugLevel, "task started"); ce != nil {
 		ce.Write(append(a.fields(), zap.String("kind", t.Kind))...)
 	}
+	return a
+}
+
+// execute runs a prepared attempt on the node's executor.
+func (n *Node) execute(a *attempt) {
 	n.cfg.Executor.Execute(func() { n.runAttempt(a) })
 }
 
@@ -184,6 +193,13 @@ func (n *Node) finish(a *attempt, err error) {
 	// Counted as returned only once its outcome is queued, so that a
 	// shutdown that sees no handler running finds every outcome queued.
 	n.attempts.returned(a, false)
+	if !n.limits.active() {
+		// Its slot is free for a handler now (see capacity): the next
+		// claim need not wait for this outcome's write. Under limits the
+		// slot is the limiter's until the outcome is written, and the
+		// completer claims along with that write (flushAndClaim).
+		n.claimLoop.poke()
+	}
 }
 
 // abandonReason is the log message of an abandoned attempt.

@@ -124,6 +124,7 @@ type rateKey struct{ limit, key string }
 type use struct {
 	kind, key string
 	resources store.Resources
+	claimSeq  int64 // of the attempt held (own uses only)
 }
 
 type shareState struct {
@@ -185,10 +186,17 @@ func (l *limiter) hold(ts []*task.Task) {
 	now := l.clock()
 	top := l.round
 	for _, t := range ts {
-		if _, ok := l.own[t.ID]; ok {
-			continue
+		if old, ok := l.own[t.ID]; ok {
+			if old.claimSeq == t.ClaimSeq {
+				continue
+			}
+			// An earlier attempt of the task, ended by the transaction
+			// that claimed this one (flushAndClaim): its release, which
+			// names that attempt, will find this one and leave it.
+			l.add(old, -1)
+			l.owned.Add(-1)
 		}
-		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
+		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources, claimSeq: t.ClaimSeq}
 		if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
 			l.add(old, -1)
 			delete(l.foreign, t.ID)
@@ -238,17 +246,18 @@ func (l *limiter) advance(round int) {
 	}
 }
 
-// release frees what a settled attempt held. An attempt claimed while no
-// limit applied holds nothing, and releasing it takes no lock.
-func (l *limiter) release(id int64) {
+// release frees what a settled attempt held, unless a later attempt of
+// its task holds it now. An attempt claimed while no limit applied holds
+// nothing, and releasing it takes no lock.
+func (l *limiter) release(ref task.Ref) {
 	if l.owned.Load() == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if u, ok := l.own[id]; ok {
+	if u, ok := l.own[ref.ID]; ok && u.claimSeq == ref.ClaimSeq {
 		l.add(u, -1)
-		delete(l.own, id)
+		delete(l.own, ref.ID)
 		l.owned.Add(-1)
 	}
 }
@@ -301,10 +310,17 @@ func tokens(lim store.Limit, tat, now time.Time) int {
 }
 
 // claim builds the limited claim for the buckets in held that are ready,
-// and returns them.
-func (l *limiter) claim(held []store.HeldBucket) ([]store.HeldBucket, store.LimitedClaim) {
+// and returns them. The tasks ending (of attempts whose outcomes the same
+// transaction writes before it claims) count as released.
+func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBucket, store.LimitedClaim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, id := range ending {
+		if u, ok := l.own[id]; ok {
+			l.add(u, -1)
+			defer l.add(u, 1)
+		}
+	}
 	ready := make([]store.HeldBucket, 0, len(held))
 	for _, h := range held {
 		if e, ok := l.ready[h.Bucket]; ok && e == h.Epoch {

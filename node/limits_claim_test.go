@@ -52,12 +52,12 @@ func TestLimitClaimNamesEachKeyOnce(t *testing.T) {
 	// d and e start in a round that then ends: they are no longer ahead,
 	// d keeps only its rate state, e runs.
 	l.hold([]*task.Task{{ID: 4, Kind: "job", Key: "d"}, {ID: 5, Kind: "job", Key: "e"}})
-	l.release(4)
+	l.release(task.Ref{ID: 4})
 	l.advance(l.round + 1)
 	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a"}, {ID: 2, Kind: "job", Key: "b"}, {ID: 3, Kind: "plain", Key: "c"}})
-	l.release(2)
-	l.release(3)
-	_, lc := l.claim(nil)
+	l.release(task.Ref{ID: 2})
+	l.release(task.Ref{ID: 3})
+	_, lc := l.claim(nil, nil)
 	keys := namedKeys(t, lc)
 	if a := keys["a"]; a.Used != 1 || a.Turn != 1 || a.Room != 1 {
 		t.Errorf("key a (running, ahead, rate-limited) is named %+v; want used 1, turn 1, room 1", a)
@@ -88,9 +88,9 @@ func TestLimitRoundEndsOnceMaxKeysAreAhead(t *testing.T) {
 	for i := range maxKeysAhead + 10 {
 		last = fmt.Sprint("k", i)
 		l.hold([]*task.Task{{ID: int64(i + 1), Kind: "job", Key: last}})
-		l.release(int64(i + 1))
+		l.release(task.Ref{ID: int64(i + 1)})
 	}
-	_, lc := l.claim(nil)
+	_, lc := l.claim(nil, nil)
 	keys := namedKeys(t, lc)
 	if len(keys) > maxKeysAhead {
 		t.Errorf("the claim names %d keys ahead; want at most %d", len(keys), maxKeysAhead)
@@ -100,5 +100,45 @@ func TestLimitRoundEndsOnceMaxKeysAreAhead(t *testing.T) {
 	}
 	if k, ok := keys["k0"]; ok {
 		t.Errorf("the key started first is still ahead after %d others: %+v", maxKeysAhead+9, k)
+	}
+}
+
+// TestLimitReleaseLeavesALaterAttemptOfTheTask: a task whose attempt ended
+// and was claimed again in the same transaction (a retry due at once,
+// taken by flushAndClaim) is held by its new attempt; the settling of the
+// old one must not free the new one's slot.
+func TestLimitReleaseLeavesALaterAttemptOfTheTask(t *testing.T) {
+	l := newTestLimiter(store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1})
+	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a", ClaimSeq: 1}})
+	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a", ClaimSeq: 2}})
+	if got := l.running[kindKey{"job", "a"}]; got != 1 {
+		t.Fatalf("key a counts %d running after its task's second attempt was held; want 1", got)
+	}
+	l.release(task.Ref{ID: 1, ClaimSeq: 1})
+	if got := l.running[kindKey{"job", "a"}]; got != 1 {
+		t.Fatalf("key a counts %d running once the first attempt settled, while the second runs; want 1", got)
+	}
+	l.release(task.Ref{ID: 1, ClaimSeq: 2})
+	if got := l.running[kindKey{"job", "a"}]; got != 0 {
+		t.Fatalf("key a counts %d running once both attempts settled; want 0", got)
+	}
+}
+
+// TestLimitClaimCountsEndingAttemptsAsReleased: a claim made in the
+// transaction that first writes some attempts' outcomes sees their slots
+// free, and the limiter still counts them until they are settled.
+func TestLimitClaimCountsEndingAttemptsAsReleased(t *testing.T) {
+	l := newTestLimiter(store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1})
+	l.hold([]*task.Task{{ID: 7, Kind: "job", Key: "a", ClaimSeq: 1}})
+	_, lc := l.claim(nil, nil)
+	if a := namedKeys(t, lc)["a"]; a.Room != 0 {
+		t.Fatalf("key a, running its one, has room %d; want 0", a.Room)
+	}
+	_, lc = l.claim(nil, []int64{7})
+	if a, named := namedKeys(t, lc)["a"]; named && a.Room != 1 {
+		t.Fatalf("key a, whose one is ending in the claim's transaction, has room %d; want 1", a.Room)
+	}
+	if got := l.running[kindKey{"job", "a"}]; got != 1 {
+		t.Fatalf("key a counts %d running after the claim was built; want 1 until its attempt settles", got)
 	}
 }

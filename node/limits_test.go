@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,7 +393,7 @@ func TestLimitNotReadYetClaimsNothing(t *testing.T) {
 	if !l.active() {
 		t.Fatal("a limiter that has not read the limits lets claims through unlimited")
 	}
-	ready, _ := l.claim([]store.HeldBucket{{Bucket: 1, Epoch: 1}})
+	ready, _ := l.claim([]store.HeldBucket{{Bucket: 1, Epoch: 1}}, nil)
 	if len(ready) != 0 {
 		t.Errorf("buckets %v ready before any refresh", ready)
 	}
@@ -485,14 +486,14 @@ func TestLimitRateStateOfIdleKeysIsPruned(t *testing.T) {
 	if _, ok := tatOf(); !ok {
 		t.Fatal("the rate state was dropped half a period after its due time")
 	}
-	_, lc := l.claim(held)
+	_, lc := l.claim(held, nil)
 	room, _ := lc.View().Room("send", "k")
 	b.manual.Advance(time.Second)
 	l.refresh(b.ctx, held, []string{"send"})
 	if _, ok := tatOf(); ok {
 		t.Fatal("the rate state of a key idle for more than a period is kept")
 	}
-	_, lc = l.claim(held)
+	_, lc = l.claim(held, nil)
 	if after, _ := lc.View().Room("send", "k"); after > room {
 		t.Errorf("the key has room %d once its state is dropped, %d before", after, room)
 	}
@@ -651,4 +652,54 @@ func TestLimitFleetShareIsAskedForOnceSpent(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the task starts before the heartbeat", func() bool { return led.started() == 1 })
+}
+
+// claimAlongStore counts the tasks claimed along with an outcome write.
+type claimAlongStore struct {
+	store.Store
+	along atomic.Int64
+}
+
+func (s *claimAlongStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	out, claimed, err := s.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+	s.along.Add(int64(len(claimed)))
+	return out, claimed, err
+}
+
+// TestLimitSlotIsClaimedAlongWithItsOutcome: under a limit, the slot a task
+// frees is claimed for the next in the transaction that writes its outcome
+// (flushAndClaim), not by a claim pass after it.
+func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
+	b := setup(t)
+	cfg := b.config(t, "n1")
+	cfg.Concurrency = 10
+	cfg.PollInterval = time.Hour
+	cfg.BucketLeaseHeartbeat = 30 * time.Second
+	cfg.BucketLeaseTTL = 90 * time.Second
+	cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &claimAlongStore{Store: h}
+	release := make(chan struct{})
+	led := newLedger()
+	n := newNodeOn(t, s, cfg, map[string]Handler{"job": led.handler(release)})
+	if err := n.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, submit(t, n, SubmitRequest{Kind: "job", Key: fmt.Sprint("order-", i), LimitKey: "tenant"}).ID)
+	}
+	eventually(t, "the first starts", func() bool { return led.started() == 1 })
+	close(release)
+	for _, id := range ids {
+		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
+	}
+	if got := s.along.Load(); got != 2 {
+		t.Errorf("%d tasks were claimed along with an outcome write; want 2 (the second and the third)", got)
+	}
+	if peaks, _ := led.peaks(); peaks["tenant"] > 1 {
+		t.Errorf("key tenant ran %d at once, limit 1", peaks["tenant"])
+	}
 }

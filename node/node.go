@@ -124,6 +124,10 @@ type Node struct {
 	scheduleLoop  *loop
 	limitLoop     *loop
 	shareLoop     *loop
+	// claimMu is held by whoever claims: a claim pass, or the completer
+	// claiming along with an outcome write (flushAndClaim). Each counts the
+	// free slots and registers what it claimed before the other counts.
+	claimMu sync.Mutex
 	// limits is the holder's in-memory view of its limits (limits.go).
 	limits    *limiter
 	scheduler *scheduler

@@ -201,6 +201,17 @@ type Store interface {
 	// room for (see LimitedClaim), clears the wait reason of what it takes,
 	// and returns the tasks with their limit keys and resources.
 	ClaimLimited(ctx context.Context, req ClaimRequest, lc LimitedClaim) ([]*task.Task, error)
+	// AdvanceAndClaimLimited is AdvanceActive of batch followed by
+	// ClaimLimited of req and lc, for a holder whose finished attempts free
+	// the slots it claims for: the claim sees the batch's tasks as they
+	// were left. On PostgreSQL both go in one transaction, one round trip
+	// and one commit, so a slot under a limit waits for one write instead
+	// of two. Outcomes are nil exactly when nothing was written; with
+	// outcomes, a non-nil error is the claim's, which then took nothing.
+	// A batch that names a task twice or appends to a pipeline is
+	// ErrInvalid here: write it with AdvanceActive.
+	AdvanceAndClaimLimited(ctx context.Context, owner string, batch []ActiveTransition, req ClaimRequest,
+		lc LimitedClaim) ([]Outcome, []*task.Task, error)
 	// ActiveUse lists the active tasks of the given buckets, whoever owns
 	// them and under whatever epoch: what a new holder counts against its
 	// limits until they are settled or rescued.
@@ -420,6 +431,42 @@ type ActiveTransition struct {
 	// refuses, or appended by a task outside a pipeline, fail the task
 	// instead (stopped if a stop is pending), with an error saying why.
 	Append []task.Step
+}
+
+// CheckOneWrite refuses, with ErrInvalid, a batch that AdvanceAndClaimLimited
+// cannot write as one statement: one that names a task twice (its second
+// move must see the first applied) or appends steps to a pipeline.
+func CheckOneWrite(batch []ActiveTransition) error {
+	seen := make(map[int64]bool, len(batch))
+	for i, at := range batch {
+		if seen[at.Ref.ID] {
+			return fmt.Errorf("transition %d names task %d a second time: %w", i, at.Ref.ID, ErrInvalid)
+		}
+		seen[at.Ref.ID] = true
+		if len(at.Append) > 0 {
+			return fmt.Errorf("transition %d (task %d) appends to its pipeline: %w", i, at.Ref.ID, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// AdvanceThenClaim is AdvanceAndClaimLimited for a store in which two
+// calls cost about what one would: AdvanceActive of batch, then, once it
+// has written, ClaimLimited.
+func AdvanceThenClaim(ctx context.Context, s Store, owner string, batch []ActiveTransition, req ClaimRequest,
+	lc LimitedClaim) ([]Outcome, []*task.Task, error) {
+	if err := CheckOneWrite(batch); err != nil {
+		return nil, nil, err
+	}
+	out, err := s.AdvanceActive(ctx, owner, batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	if out == nil {
+		out = []Outcome{}
+	}
+	claimed, err := s.ClaimLimited(ctx, req, lc)
+	return out, claimed, err
 }
 
 // Outcome is the answer to one ActiveTransition.

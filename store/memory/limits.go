@@ -316,3 +316,10 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 	}
 	return n, nil
 }
+
+// AdvanceAndClaimLimited writes the outcomes, then claims (see
+// store.AdvanceThenClaim).
+func (s *Store) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	return store.AdvanceThenClaim(ctx, s, owner, batch, req, lc)
+}

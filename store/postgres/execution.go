@@ -187,10 +187,16 @@ func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
 // readClaimBatch reads a claim's batch: BEGIN, its settings, the claim
 // (its rows read by scan), COMMIT.
 func readClaimBatch(br pgx.BatchResults, scan func(pgx.Rows) ([]*task.Task, error)) ([]*task.Task, error) {
-	for range 2 { // BEGIN, SET LOCAL
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return nil, err
+	}
+	return readClaimed(br, scan)
+}
+
+// readClaimed reads a claim's settings, the claim, and COMMIT.
+func readClaimed(br pgx.BatchResults, scan func(pgx.Rows) ([]*task.Task, error)) ([]*task.Task, error) {
+	if _, err := br.Exec(); err != nil { // the settings
+		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -353,16 +359,8 @@ const advanceChunk = 1000
 // AdvanceActive applies a batch of fenced transitions and answers each in
 // input order.
 func (s *Store) AdvanceActive(ctx context.Context, owner string, batch []store.ActiveTransition) ([]store.Outcome, error) {
-	for i, at := range batch {
-		if !at.To.Valid() {
-			return nil, fmt.Errorf("transition %d (task %d): unknown status %q: %w", i, at.Ref.ID, at.To, store.ErrInvalid)
-		}
-		if !validJSON(at.Result) {
-			return nil, fmt.Errorf("transition %d (task %d): result is not valid JSON: %w", i, at.Ref.ID, store.ErrInvalid)
-		}
-		if !validJSON(at.Progress) {
-			return nil, fmt.Errorf("transition %d (task %d): progress is not valid JSON: %w", i, at.Ref.ID, store.ErrInvalid)
-		}
+	if err := checkTransitions(batch); err != nil {
+		return nil, err
 	}
 	out := make([]store.Outcome, 0, len(batch))
 	for start := 0; start < len(batch); {
@@ -385,12 +383,58 @@ func (s *Store) AdvanceActive(ctx context.Context, owner string, batch []store.A
 	return out, nil
 }
 
+// checkTransitions refuses a batch the database would refuse, naming the
+// first bad transition, before anything is sent.
+func checkTransitions(batch []store.ActiveTransition) error {
+	for i, at := range batch {
+		if !at.To.Valid() {
+			return fmt.Errorf("transition %d (task %d): unknown status %q: %w", i, at.Ref.ID, at.To, store.ErrInvalid)
+		}
+		if !validJSON(at.Result) {
+			return fmt.Errorf("transition %d (task %d): result is not valid JSON: %w", i, at.Ref.ID, store.ErrInvalid)
+		}
+		if !validJSON(at.Progress) {
+			return fmt.Errorf("transition %d (task %d): progress is not valid JSON: %w", i, at.Ref.ID, store.ErrInvalid)
+		}
+	}
+	return nil
+}
+
 func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveTransition) ([]store.Outcome, error) {
 	for _, at := range batch {
 		if len(at.Append) > 0 {
 			return s.advanceAppending(ctx, owner, batch)
 		}
 	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	queueAdvance(b, owner, batch)
+	b.Queue("COMMIT")
+	br := s.pool.SendBatch(ctx, b)
+	out, claimable, err := readAdvance(br, owner, batch)
+	if err == nil {
+		_, err = br.Exec() // COMMIT
+	}
+	// On an error the connection is left in a failed transaction, and the
+	// pool closes it rather than reuse it.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, wrap(err, "advance %d tasks", len(batch))
+	}
+	s.announce(ctx, claimable)
+	return out, nil
+}
+
+// queueAdvance adds to b, inside a transaction, the statements that apply
+// batch: one chunk, with no task twice and nothing to append. The rows are
+// locked first, in a statement of their own, so that the advance
+// statement's snapshot is taken once it holds them: a stop issued while
+// the completion waited for a row (its command row committed with the
+// row's lock) is then seen by the acknowledgements too, not only by the
+// locked row's stop_requested.
+func queueAdvance(b *pgx.Batch, owner string, batch []store.ActiveTransition) {
 	n := len(batch)
 	var (
 		ids, seqs, delays           = make([]int64, n), make([]int64, n), make([]int64, n)
@@ -402,29 +446,59 @@ func (s *Store) advance(ctx context.Context, owner string, batch []store.ActiveT
 		wants[i], reasons[i], errs[i], nodes[i] = string(at.To), at.Reason, at.Error, at.Node
 		results[i], progress[i] = jsonText(at.Result), jsonText(at.Progress)
 	}
-	// The rows are locked first, in a statement of their own, so that the
-	// advance statement's snapshot is taken once it holds them: a stop
-	// issued while the completion waited for a row (its command row
-	// committed with the row's lock) is then seen by the acknowledgements
-	// too, not only by the locked row's stop_requested.
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	b.Queue(genericPlanSQL)
 	b.Queue(lockTasksSQL, ids)
 	b.Queue(advanceSQL, owner, ids, seqs, wants, reasons, errs, results, progress, delays, nodes, allowedFrom, allowedTo)
+}
+
+// AdvanceAndClaimLimited writes the outcomes and claims in one
+// transaction: BEGIN, the advance's three statements, the claim's two
+// (its settings, which also set its own plan mode, then the claim), and
+// COMMIT go in one round trip. Whatever fails, the transaction writes
+// nothing.
+func (s *Store) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	if err := checkTransitions(batch); err != nil {
+		return nil, nil, err
+	}
+	if err := store.CheckOneWrite(batch); err != nil {
+		return nil, nil, err
+	}
+	if len(batch) > advanceChunk {
+		return nil, nil, fmt.Errorf("%d transitions, more than the %d of one statement: %w", len(batch), advanceChunk, store.ErrInvalid)
+	}
+	q, err := limitedClaimOf(ctx, req, lc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if q == nil || len(batch) == 0 {
+		out, err := s.AdvanceActive(ctx, owner, batch)
+		if err != nil || q == nil {
+			return out, nil, err
+		}
+		claimed, err := s.ClaimLimited(ctx, req, lc)
+		return out, claimed, err
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	queueAdvance(b, owner, batch)
+	q.queue(b)
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	out, claimable, err := readAdvance(br, owner, batch)
-	// On an error the connection is left in a failed transaction, and the
-	// pool closes it rather than reuse it.
+	var claimed []*task.Task
+	if err == nil {
+		claimed, err = readClaimed(br, scanLimitedTasks)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, wrap(err, "advance %d tasks", n)
+		return nil, nil, wrap(err, "advance %d tasks and claim", len(batch))
 	}
 	s.announce(ctx, claimable)
-	return out, nil
+	sortClaimed(claimed)
+	return out, claimed, nil
 }
 
 // genericPlanSQL has advanceSQL run on its cached generic plan. Its
@@ -440,7 +514,8 @@ const genericPlanSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 // writer of several tasks locks them in.
 const lockTasksSQL = `SELECT id FROM flotilla_tasks WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
-// readAdvance reads the answers of advanceSQL from its batch.
+// readAdvance reads the answers of advanceSQL from its batch, up to the
+// statement after it.
 func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransition) ([]store.Outcome, []int, error) {
 	n := len(batch)
 	for range 3 { // BEGIN, the plan mode, the lock
@@ -492,9 +567,6 @@ func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransiti
 		return nil, nil, fmt.Errorf("%d answers", len(out))
 	}
 	rows.Close()
-	if _, err := br.Exec(); err != nil { // COMMIT
-		return nil, nil, err
-	}
 	return out, claimable, nil
 }
 

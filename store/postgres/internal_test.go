@@ -541,3 +541,98 @@ func TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted(t *testing.T) {
 			"delayed task's) with 3 tasks committed", payload, visible)
 	}
 }
+
+// TestLimitedClaimPlans checks the plan a small limited claim runs on, its
+// generic one (limitedPlanMode): beside many finished tasks, with
+// statistics that have seen the queued tasks or not, it walks the claim
+// index and never scans the task table.
+func TestLimitedClaimPlans(t *testing.T) {
+	t.Run("analyzed", func(t *testing.T) { testLimitedClaimPlan(t, true) })
+	t.Run("not_analyzed", func(t *testing.T) { testLimitedClaimPlan(t, false) })
+}
+
+func testLimitedClaimPlan(t *testing.T, analyze bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	fill := []string{
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 1000) g`,
+		`ANALYZE flotilla_tasks`,
+	}
+	if !analyze {
+		fill = []string{fill[0], fill[2], fill[1]}
+	}
+	for _, sql := range fill {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(3, 17), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []store.HeldBucket
+	for _, l := range leases {
+		held = append(held, store.HeldBucket{Bucket: l.Bucket, Epoch: l.Epoch})
+	}
+	req := store.ClaimRequest{Owner: "a", Node: "n", Buckets: held, Kinds: []string{"noop"}, Limit: 2, LeaseTTL: time.Minute}
+	lc := store.LimitedClaim{Kinds: []store.KindRoom{{Kind: "noop", Room: 2, KeyRoom: -1}},
+		Keys: []store.KeyRoom{{Kind: "noop", Key: "k3", Room: 1, Used: 1}}, BusyAt: 1}
+	q, err := limitedClaimOf(ctx, req, lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.planMode != "force_generic_plan" {
+		t.Fatalf("a claim of 2 tasks naming 1 key runs on %s, want its generic plan", q.planMode)
+	}
+	// EXPLAIN of a statement with parameters plans it for their values;
+	// the plan a prepared statement runs on is what EXPLAIN EXECUTE shows,
+	// which takes its arguments as literals.
+	literals := make([]string, len(q.args))
+	for i, arg := range q.args {
+		literals[i] = sqlLiteral(t, arg)
+	}
+	plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, claimLimitedSettingSQL, "0", q.planMode); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "PREPARE limited_claim AS "+claimLimitedSQL)
+		return err
+	}, "EXECUTE limited_claim("+strings.Join(literals, ", ")+")")
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "flotilla_tasks_claim_idx") {
+		t.Errorf("the small limited claim does not use flotilla_tasks_claim_idx:\n%s", text)
+	}
+	if strings.Contains(text, "Seq Scan on flotilla_tasks ") {
+		t.Errorf("the small limited claim scans the task table:\n%s", text)
+	}
+	// A generic plan keeps the parameters where a custom one has values.
+	if !strings.Contains(text, "kind = ANY ($4)") {
+		t.Errorf("the small limited claim was planned for its values, not once for all:\n%s", text)
+	}
+}
+
+// sqlLiteral writes v, an argument of claimLimitedSQL, as a literal.
+func sqlLiteral(t *testing.T, v any) string {
+	t.Helper()
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	switch v := v.(type) {
+	case string:
+		return quote(v)
+	case int, int32, int64:
+		return fmt.Sprint(v)
+	case []string:
+		quoted := make([]string, len(v))
+		for i, s := range v {
+			quoted[i] = quote(s)
+		}
+		return "ARRAY[" + strings.Join(quoted, ", ") + "]::text[]"
+	case []int32, []int64:
+		return quote(strings.NewReplacer("[", "{", "]", "}", " ", ",").Replace(fmt.Sprint(v)))
+	}
+	t.Fatalf("no literal for %T", v)
+	return ""
+}

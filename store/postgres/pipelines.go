@@ -545,23 +545,9 @@ func (s *Store) advanceAppending(ctx context.Context, owner string, batch []stor
 			}
 			at.Append = nil
 		}
-		n := len(batch)
-		var (
-			tids, seqs, delays          = make([]int64, n), make([]int64, n), make([]int64, n)
-			wants, reasons, errs, nodes = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-			results, progress           = make([]pgtype.Text, n), make([]pgtype.Text, n)
-		)
-		for i, at := range batch {
-			tids[i], seqs[i], delays[i] = at.Ref.ID, at.Ref.ClaimSeq, micros(at.Delay)
-			wants[i], reasons[i], errs[i], nodes[i] = string(at.To), at.Reason, at.Error, at.Node
-			results[i], progress[i] = jsonText(at.Result), jsonText(at.Progress)
-		}
 		b := &pgx.Batch{}
 		b.Queue("SELECT") // stands for BEGIN, which pgx.BeginFunc has sent
-		b.Queue(genericPlanSQL)
-		b.Queue(lockTasksSQL, tids)
-		b.Queue(advanceSQL, owner, tids, seqs, wants, reasons, errs, results, progress, delays, nodes, allowedFrom, allowedTo)
-		b.Queue("SELECT") // stands for COMMIT
+		queueAdvance(b, owner, batch)
 		br := tx.SendBatch(ctx, b)
 		out, due, err = readAdvance(br, owner, batch)
 		if cerr := br.Close(); err == nil {

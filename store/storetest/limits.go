@@ -241,6 +241,71 @@ func testLimits(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("OutcomesAndClaimInOneCall", func(t *testing.T) {
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "first", LimitKey: "a", Bucket: 3}, store.NewTask{Key: "fails", Bucket: 3})
+		held := b.hold("a", 3)
+		running := b.claimLimited("a", held, 2, store.LimitedClaim{})
+		if len(running) != 2 {
+			t.Fatalf("claimed %d, want 2", len(running))
+		}
+		b.create(store.NewTask{Key: "next", LimitKey: "a", Bucket: 3})
+		var first, fails *task.Task
+		for _, r := range running {
+			if r.Key == "first" {
+				first = r
+			} else {
+				fails = r
+			}
+		}
+		req := store.ClaimRequest{Owner: "a", Node: nodeOf("a"), Buckets: held, Kinds: []string{"noop"}, Limit: 10,
+			LeaseTTL: leaseTTL}
+		// Key a has room for one: the one its ending task frees. The
+		// failed task, due again at once, is claimed again by the same call.
+		lc := store.LimitedClaim{Keys: []store.KeyRoom{{Kind: "noop", Key: "a", Room: 1, Used: 1}}}
+		batch := []store.ActiveTransition{
+			{Ref: first.Ref(), To: task.Succeeded, Node: nodeOf("a")},
+			{Ref: fails.Ref(), To: task.Retrying, Error: "boom", Node: nodeOf("a")},
+			{Ref: task.Ref{ID: first.ID, ClaimSeq: first.ClaimSeq - 1}, To: task.Succeeded, Node: nodeOf("a")},
+		}
+		if _, _, err := b.s.AdvanceAndClaimLimited(b.ctx, "a", batch, req, lc); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("a batch naming a task twice: %v, want ErrInvalid", err)
+		}
+		if got := b.get(first.ID); got.Status != task.Running {
+			t.Fatalf("a refused batch wrote %s", got.Status)
+		}
+		out, claimed, err := b.s.AdvanceAndClaimLimited(b.ctx, "a", batch[:2], req, lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != 2 || out[0].Err != nil || out[0].Status != task.Succeeded || out[1].Err != nil || out[1].Status != task.Retrying {
+			t.Fatalf("outcomes %+v, want succeeded and retrying", out)
+		}
+		keys := map[string]int64{}
+		for _, c := range claimed {
+			keys[c.Key] = c.ClaimSeq
+			if c.Status != task.Running || c.Owner != "a" {
+				t.Errorf("claimed %+v", c)
+			}
+		}
+		if _, ok := keys["next"]; !ok || keys["fails"] != fails.ClaimSeq+1 || len(claimed) != 2 {
+			t.Errorf("claimed %v (key: claim seq), want next and fails's second attempt", keys)
+		}
+		// A stale attempt's outcome is fenced, and the claim still runs.
+		b.create(store.NewTask{Key: "last", Bucket: 3})
+		out, claimed, err = b.s.AdvanceAndClaimLimited(b.ctx, "a",
+			[]store.ActiveTransition{{Ref: fails.Ref(), To: task.Succeeded, Node: nodeOf("a")}}, req, store.LimitedClaim{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != 1 || !errors.Is(out[0].Err, store.ErrFenced) {
+			t.Errorf("a superseded attempt's outcome: %+v, want fenced", out)
+		}
+		if len(claimed) != 1 || claimed[0].Key != "last" {
+			t.Errorf("claimed %v, want last", ids(claimed))
+		}
+	})
+
 	t.Run("ActiveUseListsEveryActiveTaskOfTheBuckets", func(t *testing.T) {
 		b := setup(t, h)
 		b.create(store.NewTask{Key: "x", LimitKey: "tenant", Bucket: 1, Resources: store.Resources{"gpu": 2}},

@@ -601,6 +601,21 @@ func (s *severableStore) AdvanceActive(ctx context.Context, owner string, batch 
 	return s.Store.AdvanceActive(ctx, owner, batch)
 }
 
+func (s *severableStore) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
+	if err := s.cut(); err != nil {
+		return nil, err
+	}
+	return s.Store.ClaimLimited(ctx, req, lc)
+}
+
+func (s *severableStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	if err := s.cut(); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+}
+
 func (s *severableStore) SaveProgress(ctx context.Context, owner string, ref task.Ref, progress json.RawMessage) error {
 	if err := s.cut(); err != nil {
 		return err
