@@ -47,9 +47,8 @@ const (
 	// when no notification has woken it: the delay of a stop whose
 	// notification was missed.
 	DefaultCommandPoll = 1 * time.Second
-	// DefaultSchedulePoll is how often the node looks for due schedules in
-	// the buckets it holds: a tick fires at most this late, plus the
-	// firing's own time.
+	// DefaultSchedulePoll is how soon the node looks again for due
+	// schedules when one is due that it could not fire, or a read failed.
 	DefaultSchedulePoll = 250 * time.Millisecond
 	// DefaultStopGrace is how long a stopped handler has to return after
 	// its context is cancelled before the node abandons it.
@@ -135,8 +134,11 @@ type Config struct {
 	// it, whether or not that node declared it.
 	Schedules []schedule.Definition
 
-	// SchedulePoll is how often the node looks for due schedules in the
-	// buckets it holds (DefaultSchedulePoll). ScheduleMisfire is how late a
+	// SchedulePoll is how soon the node looks again for due schedules in
+	// the buckets it holds when one is due that it could not fire, or a
+	// read failed (DefaultSchedulePoll); otherwise it sleeps until the next
+	// tick, at most half ScheduleMisfire, and a schedule's change wakes it.
+	// ScheduleMisfire is how late a
 	// tick may be and still fire as on time (schedule.DefaultMisfire); an
 	// older tick was missed, and its schedule's catch-up policy decides. It
 	// must exceed SchedulePoll.

@@ -11,7 +11,8 @@ import (
 
 // listen turns the store's notifications into pokes: new work in a held
 // bucket wakes the claim loop, a command for this node (or for a task that
-// nobody ran when it was issued) wakes the command loop, and a released bucket this node declares but
+// nobody ran when it was issued) wakes the command loop, a schedule changed
+// in a held bucket wakes the schedule loop, and a released bucket this node declares but
 // does not hold wakes the lease loop, so a standby takes over at once
 // instead of at its next heartbeat. Notifications are hints; the loops poll
 // anyway, so one that is missed delays work and loses none.
@@ -30,6 +31,7 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 			n.claimLoop.poke()
 			n.leaseLoop.poke()
 			n.commander.loop.poke()
+			n.scheduleLoop.poke()
 		}
 		if !sleep(ctx, n.cfg.Clock, pause) {
 			return
@@ -43,7 +45,7 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 // tests know a node is listening once a session's last statement is its
 // LISTEN.
 func (n *Node) subscribe(ctx context.Context, nt store.Notifier) store.Subscription {
-	sub, err := nt.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicBuckets)
+	sub, err := nt.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicSchedules, store.TopicBuckets)
 	if err != nil {
 		if ctx.Err() == nil {
 			n.log.Warn("listening for notifications failed; polling meanwhile", zap.Error(err))
@@ -79,6 +81,10 @@ func (n *Node) notified(note store.Notification) {
 	case store.TopicTasks:
 		if whole || !buckets.Intersect(n.keeper.heldSet()).Empty() {
 			n.claimLoop.poke()
+		}
+	case store.TopicSchedules:
+		if whole || !buckets.Intersect(n.keeper.heldSet()).Empty() {
+			n.scheduleLoop.poke()
 		}
 	case store.TopicBuckets:
 		if whole || !buckets.Intersect(n.declared.Minus(n.keeper.heldSet())).Empty() {

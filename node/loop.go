@@ -128,6 +128,30 @@ func every(ctx context.Context, clk clock.Clock, interval time.Duration, wake ch
 	}
 }
 
+// paced runs fn at once, then again once the pause fn returned has passed
+// on clk or the loop is poked, until ctx ends.
+func paced(ctx context.Context, clk clock.Clock, wake chan struct{}, fn func(context.Context) time.Duration) {
+	for {
+		pause := fn(ctx)
+		t := clk.AfterFunc(pause, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
 // sleep waits d on clk, or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	passed := make(chan struct{})

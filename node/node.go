@@ -430,7 +430,10 @@ func (n *Node) startLoops() {
 	// is never left waiting for this node to have had work.
 	must(n.commander.loop.start(ctx, n.commander.run))
 	must(n.scheduleLoop.start(ctx, func(ctx context.Context) {
-		every(ctx, c.Clock, c.SchedulePoll, n.scheduleLoop.wake, true, n.schedulePass)
+		paced(ctx, c.Clock, n.scheduleLoop.wake, func(ctx context.Context) time.Duration {
+			n.schedulePass(ctx)
+			return n.scheduleWait(ctx)
+		})
 	}))
 	must(n.limitLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.limitLoop.wake, false, n.limitPass)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -21,6 +22,10 @@ const (
 	// maxScheduleRounds bounds one pass, so that a schedule that keeps
 	// failing cannot keep the loop from sleeping.
 	maxScheduleRounds = 20
+	// scheduleIdle is the longest the schedule loop sleeps (see
+	// scheduleWait): about 1 look per node every 2.5 s with the default
+	// misfire, where a fixed poll looked 4 times a second.
+	scheduleIdle = 5 * time.Second
 )
 
 // scheduler is the state of the schedule loop (DESIGN §7a): it fires the
@@ -104,6 +109,42 @@ func (n *Node) schedulePass(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// scheduleWait is how long the schedule loop sleeps after a pass: until
+// the earliest next tick of the held buckets' schedules, so that a tick
+// fires when it is due and a node whose buckets have no schedule due soon
+// sends nothing; SchedulePoll when a schedule is due still (one the pass
+// could not fire, or a failed read); and never longer than half
+// ScheduleMisfire, nor than scheduleIdle. A schedule created, changed or
+// resumed wakes the loop through its notification (TopicSchedules); the
+// bound keeps a missed notification from making its tick late enough to
+// count as missed.
+func (n *Node) scheduleWait(ctx context.Context) time.Duration {
+	idle := max(n.cfg.SchedulePoll, min(n.cfg.ScheduleMisfire/2, scheduleIdle))
+	held := n.keeper.Held()
+	if len(held) == 0 {
+		return idle // the loop is poked when a bucket is acquired
+	}
+	buckets := make([]int, len(held))
+	for i, h := range held {
+		buckets[i] = h.Bucket
+	}
+	callCtx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
+	next, now, err := n.store.NextScheduleFire(callCtx, bucket.Of(buckets...))
+	cancel()
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			n.log.Warn("reading the next schedule tick failed", zap.Error(err))
+		}
+		return n.cfg.SchedulePoll
+	case next.IsZero():
+		return idle
+	case !next.After(now):
+		return n.cfg.SchedulePoll
+	}
+	return min(next.Sub(now), idle)
 }
 
 // scheduleRound reads up to scheduleBatch due schedules, decides each, and

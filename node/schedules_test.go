@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/memory"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -360,4 +363,53 @@ func TestADeclarationKeepsAPauseCommittedWhileItRuns(t *testing.T) {
 	if got := b.ticksFired(t, everySecond.Name); len(got) != 0 {
 		t.Errorf("a paused schedule fired %d tasks", len(got))
 	}
+}
+
+// dueCounter counts DueSchedules calls: the schedule loop's looks. It
+// keeps the memory store's notifications.
+type dueCounter struct {
+	*memory.Store
+	looks atomic.Int64
+}
+
+func (d *dueCounter) DueSchedules(ctx context.Context, buckets bucket.Set, limit int) ([]store.Schedule, error) {
+	d.looks.Add(1)
+	return d.Store.DueSchedules(ctx, buckets, limit)
+}
+
+// TestScheduleLoopSleepsUntilTheNextTick: a node whose buckets have no
+// schedule sleeps as long as a missed notification allows; a schedule
+// created elsewhere wakes it through its notification, and it then sleeps
+// until the schedule's tick, and fires it.
+func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
+	b := setup(t, withManualClock())
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	counter := &dueCounter{Store: h}
+	cfg := b.config(t, "a")
+	cfg.BucketLeaseTTL = 15 * time.Second
+	n := b.startOn(t, counter, cfg)
+	eventually(t, "a look at the held buckets", func() bool { return counter.looks.Load() >= 1 })
+	idle := schedule.DefaultMisfire / 2
+	if got := n.scheduleWait(b.ctx); got != idle {
+		t.Errorf("with no schedule the loop sleeps %v, want %v (half the misfire)", got, idle)
+	}
+	looks := counter.looks.Load()
+	now, err := b.store.Now(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := everySecond.Resolve(b.policy, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.NextFireAt = now.Add(2 * time.Second)
+	if _, err := b.store.UpsertSchedule(b.ctx, sc, store.UpsertCreate); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the notification's look", func() bool { return counter.looks.Load() > looks })
+	if got := n.scheduleWait(b.ctx); got != 2*time.Second {
+		t.Errorf("with a tick due in 2s the loop sleeps %v", got)
+	}
+	b.advanceUntil(t, "the tick fires", DefaultSchedulePoll, func() bool { return len(b.ticksFired(t, everySecond.Name)) == 1 })
 }

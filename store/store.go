@@ -153,6 +153,10 @@ type Store interface {
 	// DueSchedules lists enabled schedules in the given buckets whose next
 	// fire time has passed by the database clock, earliest first.
 	DueSchedules(ctx context.Context, buckets bucket.Set, limit int) ([]Schedule, error)
+	// NextScheduleFire returns the earliest next fire time of the enabled
+	// schedules in buckets (zero when there is none) and the database's
+	// now, so that their holder can sleep until the next tick.
+	NextScheduleFire(ctx context.Context, buckets bucket.Set) (next, now time.Time, err error)
 	// FireSchedules applies the holder's decisions about due schedules, in
 	// one transaction. Each request moves a schedule's next fire time from
 	// From to Next by compare-and-set, only while owner holds the schedule's
@@ -278,6 +282,9 @@ const (
 	TopicCommands Topic = "flotilla_commands"
 	// TopicBuckets: bucket leases were released. Payload: the buckets.
 	TopicBuckets Topic = "flotilla_buckets"
+	// TopicSchedules: a schedule was created, changed or resumed, and its
+	// next tick may come sooner than its holder thinks. Payload: its bucket.
+	TopicSchedules Topic = "flotilla_schedules"
 )
 
 // Notification is one pushed event.

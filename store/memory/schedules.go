@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,6 +97,7 @@ func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode stor
 		}
 	}
 	db.schedules[sc.Name] = &stored
+	db.publish(store.TopicSchedules, strconv.Itoa(stored.Bucket))
 	return scheduleView(&stored), nil
 }
 
@@ -161,7 +163,26 @@ func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled boo
 	}
 	sc.Enabled = enabled
 	sc.UpdatedAt = db.now()
+	if enabled {
+		db.publish(store.TopicSchedules, strconv.Itoa(sc.Bucket))
+	}
 	return scheduleView(sc), nil
+}
+
+// NextScheduleFire returns the earliest next fire time of the enabled
+// schedules in buckets, and now.
+func (s *Store) NextScheduleFire(ctx context.Context, buckets bucket.Set) (next, now time.Time, err error) {
+	db, err := s.begin(ctx)
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	defer db.mu.Unlock()
+	for _, sc := range db.schedules {
+		if sc.Enabled && buckets.Contains(sc.Bucket) && (next.IsZero() || sc.NextFireAt.Before(next)) {
+			next = sc.NextFireAt
+		}
+	}
+	return next, db.now(), nil
 }
 
 // DueSchedules lists the enabled schedules of the given buckets whose next

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,8 +69,21 @@ func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode stor
 		}
 		return store.Schedule{}, wrap(err, "save schedule %s", sc.Name)
 	}
+	s.announceSchedule(ctx, sc.Bucket)
 	return s.GetSchedule(ctx, sc.Name)
 }
+
+// announceSchedule tells the holder of bucket, on TopicSchedules, that a
+// schedule of it changed, once the change has committed: a hint, as
+// announce's are, whose loss only delays the tick to the holder's next
+// look.
+func (s *Store) announceSchedule(ctx context.Context, bucket int) {
+	payload := strconv.Itoa(bucket)
+	s.deliverLocally(store.TopicSchedules, payload)
+	_, _ = s.pool.Exec(ctx, notifySchedulesSQL, payload)
+}
+
+const notifySchedulesSQL = `SELECT pg_notify('` + string(store.TopicSchedules) + `', $1)`
 
 // checkSchedule refuses a definition no store could keep. The spec itself
 // is package schedule's to parse.
@@ -155,7 +169,28 @@ func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled boo
 	if err != nil {
 		return store.Schedule{}, wrap(err, "schedule %s", name)
 	}
+	if enabled {
+		s.announceSchedule(ctx, sc.Bucket)
+	}
 	return sc, nil
+}
+
+// nextScheduleFireSQL reads the earliest tick through the due index.
+const nextScheduleFireSQL = `
+SELECT min(next_fire_at), statement_timestamp() FROM flotilla_schedules
+WHERE enabled AND bucket = ANY($1::int[])`
+
+// NextScheduleFire returns the earliest next fire time of the enabled
+// schedules in buckets, and the database clock.
+func (s *Store) NextScheduleFire(ctx context.Context, buckets bucket.Set) (next, now time.Time, err error) {
+	var first pgtype.Timestamptz
+	if err := s.pool.QueryRow(ctx, nextScheduleFireSQL, bucketArray(buckets)).Scan(&first, &now); err != nil {
+		return time.Time{}, time.Time{}, wrap(err, "read the next schedule tick")
+	}
+	if first.Valid {
+		next = first.Time.UTC()
+	}
+	return next, now.UTC(), nil
 }
 
 const dueSchedulesSQL = `

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
@@ -152,6 +153,7 @@ func (s *Store) UpsertSchedule(ctx context.Context, sc store.Schedule, mode stor
 			}
 			return wrap(err, "write schedule %q", sc.Name)
 		}
+		tx.notify(store.TopicSchedules, strconv.Itoa(out.Bucket))
 		return nil
 	})
 	if err != nil {
@@ -226,6 +228,9 @@ func (s *Store) SetScheduleEnabled(ctx context.Context, name string, enabled boo
 			enabled, sc.NextFireAt.UnixMicro(), tx.now.UnixMicro(), name); err != nil {
 			return wrap(err, "update schedule %q", name)
 		}
+		if enabled {
+			tx.notify(store.TopicSchedules, strconv.Itoa(sc.Bucket))
+		}
 		out = sc
 		return nil
 	})
@@ -244,6 +249,25 @@ func (s *Store) DueSchedules(ctx context.Context, buckets bucket.Set, limit int)
 	return s.schedules(ctx, `SELECT `+scheduleColumns+` FROM flotilla_schedules
 		WHERE enabled AND bucket IN (SELECT value FROM json_each(?)) AND next_fire_at <= `+nowSQL+`
 		ORDER BY next_fire_at, name LIMIT ?`, intsJSON(buckets.Slice()), limitOr(limit, defaultScanLimit))
+}
+
+// NextScheduleFire returns the earliest next fire time of the enabled
+// schedules in buckets, and the clock.
+func (s *Store) NextScheduleFire(ctx context.Context, buckets bucket.Set) (next, now time.Time, err error) {
+	if err := s.checkOpen(); err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	var first sql.NullInt64
+	var us int64
+	err = s.rdb.QueryRowContext(ctx, `SELECT min(next_fire_at), `+nowSQL+` FROM flotilla_schedules
+		WHERE enabled AND bucket IN (SELECT value FROM json_each(?))`, intsJSON(buckets.Slice())).Scan(&first, &us)
+	if err != nil {
+		return time.Time{}, time.Time{}, requireSchema(wrap(err, "read the next schedule tick"))
+	}
+	if first.Valid {
+		next = time.UnixMicro(first.Int64).UTC()
+	}
+	return next, time.UnixMicro(us).UTC(), nil
 }
 
 // FireSchedules applies a holder's decisions about its due schedules in one

@@ -20,7 +20,7 @@ func testNotifications(t *testing.T, h Harness) {
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	sub, err := n.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicBuckets)
+	sub, err := n.Listen(ctx, store.TopicTasks, store.TopicCommands, store.TopicSchedules, store.TopicBuckets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +86,26 @@ func testNotifications(t *testing.T, h Harness) {
 		note.Owner != want.Owner || note.TaskID != want.TaskID || note.ClaimSeq != want.ClaimSeq || note.Kind != want.Kind ||
 		!note.IssuedAt.Equal(want.IssuedAt) || note.IssuedBy != want.IssuedBy || note.Reason != want.Reason {
 		t.Errorf("stop note %+v (%v), want %+v", note, err, want)
+	}
+	// A schedule created, or resumed, may tick sooner than its holder
+	// planned to look.
+	now, _ := b.s.Now(b.ctx)
+	if _, err := b.s.UpsertSchedule(b.ctx, store.Schedule{Name: "s", Spec: "@every 1m", CatchUp: store.CatchUpSkip,
+		Kind: "report", Key: "s", Bucket: 6, MaxAttempts: 1, Enabled: true, NextFireAt: now.Add(time.Minute)},
+		store.UpsertCreate); err != nil {
+		t.Fatal(err)
+	}
+	if sc := expect(store.TopicSchedules, "a new schedule"); sc.Payload != "6" {
+		t.Errorf("new schedule payload %q, want 6", sc.Payload)
+	}
+	if _, err := b.s.SetScheduleEnabled(b.ctx, "s", false, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.s.SetScheduleEnabled(b.ctx, "s", true, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if sc := expect(store.TopicSchedules, "a resumed schedule"); sc.Payload != "6" {
+		t.Errorf("resumed schedule payload %q, want 6", sc.Payload)
 	}
 	if _, err := b.s.ReleaseBuckets(b.ctx, "a", bucket.Set{}); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,34 @@ func testSchedules(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("NextFireOfTheBuckets", func(t *testing.T) {
+		b := setup(t, h)
+		now, _ := b.s.Now(b.ctx)
+		if next, at, err := b.s.NextScheduleFire(b.ctx, bucket.Of(1, 2)); err != nil || !next.IsZero() || at.IsZero() {
+			t.Fatalf("no schedule: next %v, now %v, %v; want no next, and the clock", next, at, err)
+		}
+		newSchedule(b, "soon-off", 1, now.Add(time.Minute))
+		if _, err := b.s.SetScheduleEnabled(b.ctx, "soon-off", false, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		newSchedule(b, "elsewhere", 3, now.Add(2*time.Minute))
+		later := newSchedule(b, "later", 2, now.Add(time.Hour))
+		first := newSchedule(b, "first", 1, now.Add(10*time.Minute))
+		next, at, err := b.s.NextScheduleFire(b.ctx, bucket.Of(1, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !next.Equal(first.NextFireAt) {
+			t.Errorf("next %v, want first's %v (paused and other buckets' left out)", next, first.NextFireAt)
+		}
+		if at.Before(now) {
+			t.Errorf("now %v, before the clock read earlier, %v", at, now)
+		}
+		if next, _, _ := b.s.NextScheduleFire(b.ctx, bucket.Of(2)); !next.Equal(later.NextFireAt) {
+			t.Errorf("next in bucket 2 %v, want %v", next, later.NextFireAt)
+		}
+	})
+
 	t.Run("ReplaceKeepsTheNextTickWhileTheTimingIsUnchanged", func(t *testing.T) {
 		b := setup(t, h)
 		now, _ := b.s.Now(b.ctx)
