@@ -20,7 +20,9 @@ func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscrip
 	pause := n.cfg.PollInterval
 	for {
 		if sub != nil {
+			n.listening.Store(true)
 			n.consume(ctx, sub)
+			n.listening.Store(false)
 			_ = sub.Close()
 			if ctx.Err() != nil {
 				return

@@ -124,6 +124,10 @@ type Node struct {
 	scheduleLoop  *loop
 	limitLoop     *loop
 	shareLoop     *loop
+	// listening is set while the node's notification subscription is up:
+	// loops that sleep past their poll, counting on being woken, poll
+	// instead while it is not (see scheduleWait).
+	listening atomic.Bool
 	// claimMu is held by whoever claims: a claim pass, or the completer
 	// claiming along with an outcome write (flushAndClaim). Each counts the
 	// free slots and registers what it claimed before the other counts.

@@ -119,9 +119,15 @@ func (n *Node) schedulePass(ctx context.Context) {
 // ScheduleMisfire, nor than scheduleIdle. A schedule created, changed or
 // resumed wakes the loop through its notification (TopicSchedules); the
 // bound keeps a missed notification from making its tick late enough to
-// count as missed.
+// count as missed. Without a notification subscription the loop looks at
+// every SchedulePoll, as it would with nothing to wake it.
 func (n *Node) scheduleWait(ctx context.Context) time.Duration {
 	idle := max(n.cfg.SchedulePoll, min(n.cfg.ScheduleMisfire/2, scheduleIdle))
+	if !n.listening.Load() {
+		// No notification would wake it (a store without them, or a
+		// subscription being set up again): look at every SchedulePoll.
+		idle = n.cfg.SchedulePoll
+	}
 	held := n.keeper.Held()
 	if len(held) == 0 {
 		return idle // the loop is poked when a bucket is acquired

@@ -389,11 +389,20 @@ func TestScheduleLoopSleepsUntilTheNextTick(t *testing.T) {
 	cfg := b.config(t, "a")
 	cfg.BucketLeaseTTL = 15 * time.Second
 	n := b.startOn(t, counter, cfg)
-	eventually(t, "a look at the held buckets", func() bool { return counter.looks.Load() >= 1 })
+	eventually(t, "a look at the held buckets, and notifications", func() bool {
+		return counter.looks.Load() >= 1 && n.listening.Load()
+	})
 	idle := schedule.DefaultMisfire / 2
 	if got := n.scheduleWait(b.ctx); got != idle {
 		t.Errorf("with no schedule the loop sleeps %v, want %v (half the misfire)", got, idle)
 	}
+	// Without notifications it would not be woken: it looks as often as
+	// before.
+	n.listening.Store(false)
+	if got := n.scheduleWait(b.ctx); got != DefaultSchedulePoll {
+		t.Errorf("with no notifications the loop sleeps %v, want SchedulePoll %v", got, DefaultSchedulePoll)
+	}
+	n.listening.Store(true)
 	looks := counter.looks.Load()
 	now, err := b.store.Now(b.ctx)
 	if err != nil {
