@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -50,14 +51,8 @@ func (n *Node) claimPass(ctx context.Context) {
 // claimOnce sends one claim for the node's free slots and starts what it
 // took; it reports whether the claim filled every slot it asked for.
 func (n *Node) claimOnce(ctx context.Context) (full bool) {
-	n.claimMu.Lock()
-	var prepared []*attempt
-	defer func() {
-		n.claimMu.Unlock()
-		for _, a := range prepared {
-			n.execute(a)
-		}
-	}()
+	h := n.holdClaims()
+	defer h.release()
 	free := min(n.capacity(), maxClaimBatch)
 	if free <= 0 {
 		return false
@@ -66,13 +61,7 @@ func (n *Node) claimOnce(ctx context.Context) (full bool) {
 	if len(held) == 0 || len(n.kinds) == 0 {
 		return false
 	}
-	// The statement is not cut by a stop: tasks the store may have
-	// claimed must reach the running set, to be run or released. For the
-	// same reason the client waits twice as long as the statement may
-	// run: the store has the database enforce half the deadline, so a
-	// slow claim is rolled back there rather than committed behind a
-	// client that has stopped listening.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+	cctx, cancel := n.claimContext(ctx)
 	// The task leases start in the database after this moment, so the
 	// attempts' local deadlines count from it.
 	sent := n.cfg.Clock.Now()
@@ -91,9 +80,43 @@ func (n *Node) claimOnce(ctx context.Context) (full bool) {
 		return false
 	}
 	for _, t := range claimed {
-		prepared = append(prepared, n.prepare(t, sent))
+		h.prepare(t, sent)
 	}
 	return len(claimed) >= free
+}
+
+// claimContext is the context of a claim's statement. The statement is not
+// cut by a stop: tasks the store may have claimed must reach the running
+// set, to be run or released. For the same reason the client waits twice
+// as long as the statement may run: the store has the database enforce
+// half the deadline, so a slow claim is rolled back there rather than
+// committed behind a client that has stopped listening.
+func (n *Node) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+}
+
+// claimHold is one claimer's hold of claimMu: what it claimed is prepared
+// (registered against the node's slots) while it holds it, and executed
+// once it has let go.
+type claimHold struct {
+	n        *Node
+	prepared []*attempt
+}
+
+func (n *Node) holdClaims() *claimHold {
+	n.claimMu.Lock()
+	return &claimHold{n: n}
+}
+
+func (h *claimHold) prepare(t *task.Task, sent time.Time) {
+	h.prepared = append(h.prepared, h.n.prepare(t, sent))
+}
+
+func (h *claimHold) release() {
+	h.n.claimMu.Unlock()
+	for _, a := range h.prepared {
+		h.n.execute(a)
+	}
 }
 
 // claimRequest asks for up to free tasks of the node's kinds in held.
@@ -160,14 +183,8 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	if !n.limits.active() || ctx.Err() != nil || n.isDraining() {
 		return false // a node that stops claims nothing new
 	}
-	n.claimMu.Lock()
-	var prepared []*attempt
-	defer func() {
-		n.claimMu.Unlock()
-		for _, a := range prepared {
-			n.execute(a)
-		}
-	}()
+	h := n.holdClaims()
+	defer h.release()
 	registered, active, _ := n.attempts.counts()
 	free := min(n.cfg.Concurrency-active, 2*n.cfg.Concurrency-(registered-len(batch)), maxClaimBatch)
 	held := n.keeper.Held()
@@ -185,8 +202,7 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 		n.limits.shareGate.Unlock()
 		return false
 	}
-	// As for a claim pass and an outcome write: not cut by a stop.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*n.stmtTimeout)
+	wctx, cancel := n.claimContext(ctx)
 	sent := n.cfg.Clock.Now()
 	outcomes, claimed, err := n.store.AdvanceAndClaimLimited(wctx, n.incarnation, trs, req, lc)
 	cancel()
@@ -200,7 +216,7 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	n.limits.hold(claimed)
 	n.limits.opened(claimed)
 	for _, t := range claimed {
-		prepared = append(prepared, n.prepare(t, sent))
+		h.prepare(t, sent)
 	}
 	n.limits.shareGate.Unlock()
 	n.metrics.Claimed(claimed, took, err)

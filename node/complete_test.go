@@ -23,18 +23,18 @@ type gatedStore struct {
 }
 
 func (g *gatedStore) AdvanceActive(ctx context.Context, owner string, batch []store.ActiveTransition) ([]store.Outcome, error) {
-	g.mu.Lock()
-	first := len(g.batches) == 0
-	g.batches = append(g.batches, len(batch))
-	g.mu.Unlock()
-	if first {
-		<-g.gate
-	}
+	g.enter(batch)
 	return g.Store.AdvanceActive(ctx, owner, batch)
 }
 
 func (g *gatedStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
 	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	g.enter(batch)
+	return g.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+}
+
+// enter records a write's batch and holds the first until the gate opens.
+func (g *gatedStore) enter(batch []store.ActiveTransition) {
 	g.mu.Lock()
 	first := len(g.batches) == 0
 	g.batches = append(g.batches, len(batch))
@@ -42,7 +42,6 @@ func (g *gatedStore) AdvanceAndClaimLimited(ctx context.Context, owner string, b
 	if first {
 		<-g.gate
 	}
-	return g.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
 }
 
 func (g *gatedStore) sizes() []int {

@@ -107,23 +107,7 @@ func every(ctx context.Context, clk clock.Clock, interval time.Duration, wake ch
 	if first {
 		fn(ctx)
 	}
-	for {
-		t := clk.AfterFunc(interval, func() {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		})
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-wake:
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	for pause(ctx, clk, interval, wake) {
 		fn(ctx)
 	}
 }
@@ -131,25 +115,27 @@ func every(ctx context.Context, clk clock.Clock, interval time.Duration, wake ch
 // paced runs fn at once, then again once the pause fn returned has passed
 // on clk or the loop is poked, until ctx ends.
 func paced(ctx context.Context, clk clock.Clock, wake chan struct{}, fn func(context.Context) time.Duration) {
-	for {
-		pause := fn(ctx)
-		t := clk.AfterFunc(pause, func() {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		})
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-wake:
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	for pause(ctx, clk, fn(ctx), wake) {
 	}
+}
+
+// pause waits d on clk, or until the loop is poked; it reports whether ctx
+// is still live.
+func pause(ctx context.Context, clk clock.Clock, d time.Duration, wake chan struct{}) bool {
+	t := clk.AfterFunc(d, func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-wake:
+		t.Stop()
+	}
+	return ctx.Err() == nil
 }
 
 // sleep waits d on clk, or until ctx ends; it reports whether d passed.

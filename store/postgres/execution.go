@@ -139,35 +139,19 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 	if len(req.Kinds) == 0 || len(req.Buckets) == 0 || req.Limit <= 0 {
 		return nil, nil
 	}
-	buckets := make([]int32, 0, len(req.Buckets))
-	epochs := make([]int64, 0, len(req.Buckets))
-	top := -1
-	for _, h := range req.Buckets {
-		if h.Bucket < 0 || h.Bucket >= bucket.MaxCount {
-			return nil, fmt.Errorf("claim tasks: bucket %d does not exist: %w", h.Bucket, store.ErrInvalid)
-		}
-		top = max(top, h.Bucket)
+	h, err := heldArraysOf(req.Buckets)
+	if err != nil {
+		return nil, err
 	}
-	// epochByBucket[b] is the epoch named for bucket b (index b+1 in SQL).
-	epochByBucket := make([]int64, top+1)
-	named := make([]bool, top+1)
-	for _, h := range req.Buckets {
-		if !named[h.Bucket] {
-			named[h.Bucket] = true
-			buckets = append(buckets, int32(h.Bucket))
-			epochs = append(epochs, h.Epoch)
-			epochByBucket[h.Bucket] = h.Epoch
-		}
-	}
-	// Half the caller's remaining time for the statement, the rest for
-	// the answer to come back.
-	var timeoutMillis int64
-	if deadline, ok := ctx.Deadline(); ok {
-		timeoutMillis = max(1, time.Until(deadline).Milliseconds()/2)
-	}
-	br := s.pool.SendBatch(ctx, claimBatch(timeoutMillis, buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node,
-		micros(req.LeaseTTL), epochByBucket))
-	out, err := readClaim(br)
+	return s.sendClaim(ctx, claimBatch(statementMillis(ctx), h.buckets, h.epochs, req.Owner, req.Kinds, req.Limit,
+		req.Node, micros(req.LeaseTTL), h.epochByBucket), scanTasks)
+}
+
+// sendClaim sends a claim's batch (BEGIN, its settings, the claim, COMMIT)
+// and returns what it claimed, in claim order.
+func (s *Store) sendClaim(ctx context.Context, b *pgx.Batch, scan func(pgx.Rows) ([]*task.Task, error)) ([]*task.Task, error) {
+	br := s.pool.SendBatch(ctx, b)
+	out, err := readClaimBatch(br, scan)
 	// On an error the connection is left in a failed transaction, and the
 	// pool closes it rather than reuse it.
 	if cerr := br.Close(); err == nil {
@@ -180,8 +164,46 @@ func (s *Store) ClaimTasks(ctx context.Context, req store.ClaimRequest) ([]*task
 	return out, nil
 }
 
-func readClaim(br pgx.BatchResults) ([]*task.Task, error) {
-	return readClaimBatch(br, scanTasks)
+// heldArrays are a claim's held buckets as its statement takes them.
+type heldArrays struct {
+	buckets []int32
+	epochs  []int64
+	// epochByBucket[b] is the epoch named for bucket b (index b+1 in SQL).
+	epochByBucket []int64
+}
+
+// heldArraysOf checks the held buckets and arranges them for a claim, each
+// bucket once.
+func heldArraysOf(held []store.HeldBucket) (heldArrays, error) {
+	top := -1
+	for _, h := range held {
+		if h.Bucket < 0 || h.Bucket >= bucket.MaxCount {
+			return heldArrays{}, fmt.Errorf("claim tasks: bucket %d does not exist: %w", h.Bucket, store.ErrInvalid)
+		}
+		top = max(top, h.Bucket)
+	}
+	out := heldArrays{buckets: make([]int32, 0, len(held)), epochs: make([]int64, 0, len(held)),
+		epochByBucket: make([]int64, top+1)}
+	named := make([]bool, top+1)
+	for _, h := range held {
+		if !named[h.Bucket] {
+			named[h.Bucket] = true
+			out.buckets = append(out.buckets, int32(h.Bucket))
+			out.epochs = append(out.epochs, h.Epoch)
+			out.epochByBucket[h.Bucket] = h.Epoch
+		}
+	}
+	return out, nil
+}
+
+// statementMillis is the statement timeout of a claim: half the caller's
+// remaining time, the rest for the answer to come back; 0 (none) without
+// a deadline.
+func statementMillis(ctx context.Context) int64 {
+	if deadline, ok := ctx.Deadline(); ok {
+		return max(1, time.Until(deadline).Milliseconds()/2)
+	}
+	return 0
 }
 
 // readClaimBatch reads a claim's batch: BEGIN, its settings, the claim

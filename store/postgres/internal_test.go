@@ -30,22 +30,7 @@ func testClaimPlan(t *testing.T, analyze bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	fill := []string{
-		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
-		 SELECT 'noop', g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
-		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
-		 SELECT 'noop', g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 1000) g`,
-		`ANALYZE flotilla_tasks`,
-	}
-	if !analyze {
-		// Statistics of the finished tasks only.
-		fill = []string{fill[0], fill[2], fill[1]}
-	}
-	for _, sql := range fill {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	fillForPlans(ctx, t, s, analyze)
 
 	for _, held := range []bucket.Set{bucket.All(64), bucket.Of(3, 17)} {
 		leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: held, TTL: time.Minute})
@@ -77,6 +62,29 @@ func testClaimPlan(t *testing.T, analyze bool) {
 		// buckets outside it are passed without reading the table.
 		if !indexCondBoundsBucket(plan) {
 			t.Errorf("holding %s, the claim does not bound the bucket in the index condition:\n%s", held, text)
+		}
+	}
+}
+
+// fillForPlans puts 20,000 finished tasks and 1,000 queued ones over 64
+// buckets in the task table, each under a key of its own, and analyzes the
+// table after the queued ones or, unless analyze, before them (statistics
+// of the finished tasks only).
+func fillForPlans(ctx context.Context, t *testing.T, s *Store, analyze bool) {
+	t.Helper()
+	fill := []string{
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 1000) g`,
+		`ANALYZE flotilla_tasks`,
+	}
+	if !analyze {
+		fill = []string{fill[0], fill[2], fill[1]}
+	}
+	for _, sql := range fill {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 }
@@ -555,21 +563,7 @@ func testLimitedClaimPlan(t *testing.T, analyze bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	fill := []string{
-		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
-		 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
-		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
-		 SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 1000) g`,
-		`ANALYZE flotilla_tasks`,
-	}
-	if !analyze {
-		fill = []string{fill[0], fill[2], fill[1]}
-	}
-	for _, sql := range fill {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	fillForPlans(ctx, t, s, analyze)
 	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(3, 17), TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

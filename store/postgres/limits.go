@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -245,16 +244,7 @@ func (s *Store) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc sto
 	b.Queue("BEGIN")
 	q.queue(b)
 	b.Queue("COMMIT")
-	br := s.pool.SendBatch(ctx, b)
-	out, err := readLimitedClaim(br)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, wrap(err, "claim tasks")
-	}
-	sortClaimed(out)
-	return out, nil
+	return s.sendClaim(ctx, b, scanLimitedTasks)
 }
 
 // limitedClaim is a limited claim's two statements, ready to queue: its
@@ -283,24 +273,9 @@ func limitedClaimOf(ctx context.Context, req store.ClaimRequest, lc store.Limite
 	if len(req.Kinds) == 0 || len(req.Buckets) == 0 || req.Limit <= 0 {
 		return nil, nil
 	}
-	buckets := make([]int32, 0, len(req.Buckets))
-	epochs := make([]int64, 0, len(req.Buckets))
-	top := -1
-	for _, h := range req.Buckets {
-		if h.Bucket < 0 || h.Bucket >= bucket.MaxCount {
-			return nil, fmt.Errorf("claim tasks: bucket %d does not exist: %w", h.Bucket, store.ErrInvalid)
-		}
-		top = max(top, h.Bucket)
-	}
-	epochByBucket := make([]int64, top+1)
-	named := make([]bool, top+1)
-	for _, h := range req.Buckets {
-		if !named[h.Bucket] {
-			named[h.Bucket] = true
-			buckets = append(buckets, int32(h.Bucket))
-			epochs = append(epochs, h.Epoch)
-			epochByBucket[h.Bucket] = h.Epoch
-		}
+	h, err := heldArraysOf(req.Buckets)
+	if err != nil {
+		return nil, err
 	}
 	closedKinds := []string{}
 	kinds, kindRooms, kindKeyRooms := []string{}, []int32{}, []int32{}
@@ -333,18 +308,11 @@ func limitedClaimOf(ctx context.Context, req store.ClaimRequest, lc store.Limite
 		names = append(names, name)
 		frees = append(frees, v)
 	}
-	q := &limitedClaim{planMode: limitedPlanMode(req, lc)}
-	if deadline, ok := ctx.Deadline(); ok {
-		q.timeoutMillis = max(1, time.Until(deadline).Milliseconds()/2)
-	}
-	q.args = []any{buckets, epochs, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
-		epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
+	q := &limitedClaim{planMode: limitedPlanMode(req, lc), timeoutMillis: statementMillis(ctx)}
+	q.args = []any{h.buckets, h.epochs, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
+		h.epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
 		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys, keyTurns}
 	return q, nil
-}
-
-func readLimitedClaim(br pgx.BatchResults) ([]*task.Task, error) {
-	return readClaimBatch(br, scanLimitedTasks)
 }
 
 // activeUseSQL reads the active rows of the buckets through the active
