@@ -193,13 +193,6 @@ func (n *Node) finish(a *attempt, err error) {
 	// Counted as returned only once its outcome is queued, so that a
 	// shutdown that sees no handler running finds every outcome queued.
 	n.attempts.returned(a, false)
-	if !n.limits.active() {
-		// Its slot is free for a handler now (see capacity): the next
-		// claim need not wait for this outcome's write. Under limits the
-		// slot is the limiter's until the outcome is written, and the
-		// completer claims along with that write (flushAndClaim).
-		n.claimLoop.poke()
-	}
 }
 
 // abandonReason is the log message of an abandoned attempt.
