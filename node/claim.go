@@ -108,6 +108,14 @@ func (n *Node) holdClaims() *claimHold {
 	return &claimHold{n: n}
 }
 
+// tryHoldClaims is holdClaims unless another claimer holds claimMu.
+func (n *Node) tryHoldClaims() (*claimHold, bool) {
+	if !n.claimMu.TryLock() {
+		return nil, false
+	}
+	return &claimHold{n: n}, true
+}
+
 func (h *claimHold) prepare(t *task.Task, sent time.Time) {
 	h.prepared = append(h.prepared, h.n.prepare(t, sent))
 }
@@ -176,14 +184,21 @@ func (n *Node) limitedRequest(req store.ClaimRequest, held []store.HeldBucket, e
 // outcomes were written; when it does not, the completer writes them alone,
 // and the claim loop, poked once they are settled, claims.
 //
-// A claim pass in flight is waited for, since both count the same free
-// slots; it then claims along when the slots and the limiter leave room
-// and the batch can go in one statement, and never once the node stops.
+// It claims along only when no claim pass is in flight, since both count
+// the same free slots: under a backlog the claim loop is busy and the
+// outcomes are written beside its claims, as without limits (waiting for
+// the pass instead put every write behind a claim, and the burn-down of
+// 10,000 keys limited to 1 fell from 0.58 to 0.45 of the unlimited one).
+// It claims along when the slots and the limiter leave room and the batch
+// can go in one statement, and never once the node stops.
 func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	if !n.limits.active() || ctx.Err() != nil || n.isDraining() {
 		return false // a node that stops claims nothing new
 	}
-	h := n.holdClaims()
+	h, ok := n.tryHoldClaims()
+	if !ok {
+		return false
+	}
 	defer h.release()
 	registered, active, _ := n.attempts.counts()
 	free := min(n.cfg.Concurrency-active, 2*n.cfg.Concurrency-(registered-len(batch)), maxClaimBatch)

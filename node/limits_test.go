@@ -667,6 +667,16 @@ func (s *claimAlongStore) AdvanceAndClaimLimited(ctx context.Context, owner stri
 	return out, claimed, err
 }
 
+// claimLoopIdle reports whether no claim pass holds the claim lock or is
+// asked for.
+func claimLoopIdle(n *Node) bool {
+	if len(n.claimLoop.wake) > 0 || !n.claimMu.TryLock() {
+		return false
+	}
+	n.claimMu.Unlock()
+	return len(n.claimLoop.wake) == 0
+}
+
 // TestLimitSlotIsClaimedAlongWithItsOutcome: under a limit, the slot a task
 // frees is claimed for the next in the transaction that writes its outcome
 // (flushAndClaim), not by a claim pass after it.
@@ -691,8 +701,13 @@ func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
 	for i := range 3 {
 		ids = append(ids, submit(t, n, SubmitRequest{Kind: "job", Key: fmt.Sprint("order-", i), LimitKey: "tenant"}).ID)
 	}
-	eventually(t, "the first starts", func() bool { return led.started() == 1 })
-	close(release)
+	// One at a time, each task ends once no claim pass is in flight or
+	// asked for, so that its outcome write finds the claim lock free.
+	for i := range 3 {
+		eventually(t, "the next starts", func() bool { return led.started() == i+1 })
+		eventually(t, "the claim loop idle", func() bool { return claimLoopIdle(n) })
+		release <- struct{}{}
+	}
 	for _, id := range ids {
 		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
 	}
