@@ -718,3 +718,77 @@ func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
 		t.Errorf("key tenant ran %d at once, limit 1", peaks["tenant"])
 	}
 }
+
+// passGatedStore holds a limited claim pass at its gate, once armed, and
+// counts the writes with a claim that ran while a pass was held.
+type passGatedStore struct {
+	*memory.Store
+	armed      atomic.Bool
+	held       atomic.Bool
+	entered    chan struct{}
+	gate       chan struct{}
+	overlapped atomic.Int64
+}
+
+func (s *passGatedStore) ClaimLimited(ctx context.Context, req store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
+	if s.armed.CompareAndSwap(true, false) {
+		s.held.Store(true)
+		s.entered <- struct{}{}
+		select {
+		case <-s.gate:
+		case <-ctx.Done(): // the claim's own deadline: a failed test still ends
+		}
+		s.held.Store(false)
+	}
+	return s.Store.ClaimLimited(ctx, req, lc)
+}
+
+func (s *passGatedStore) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
+	req store.ClaimRequest, lc store.LimitedClaim) ([]store.Outcome, []*task.Task, error) {
+	if s.held.Load() {
+		s.overlapped.Add(1)
+	}
+	return s.Store.AdvanceAndClaimLimited(ctx, owner, batch, req, lc)
+}
+
+// TestLimitOutcomeWriteGoesBesideAClaimPassInFlight forces the interleaving
+// of a claim pass and an outcome write: while a pass's limited claim is in
+// flight, an attempt ends. Its outcome is written at once, beside the
+// pass, and without a claim: two claims at once would both count the same
+// free slots, and waiting for the pass would put the write behind it.
+func TestLimitOutcomeWriteGoesBesideAClaimPassInFlight(t *testing.T) {
+	b := setup(t)
+	cfg := b.config(t, "n1")
+	cfg.Concurrency = 10
+	cfg.PollInterval = time.Hour
+	cfg.BucketLeaseHeartbeat = 30 * time.Second
+	cfg.BucketLeaseTTL = 90 * time.Second
+	cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &passGatedStore{Store: h, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(s.gate) }) }
+	t.Cleanup(open)
+	release := make(chan struct{})
+	led := newLedger()
+	n := newNodeOn(t, s, cfg, map[string]Handler{"job": led.handler(release)})
+	if err := n.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := submit(t, n, SubmitRequest{Kind: "job", Key: "first", LimitKey: "a"})
+	eventually(t, "the first starts", func() bool { return led.started() == 1 })
+	eventually(t, "the claim loop idle", func() bool { return claimLoopIdle(n) })
+	s.armed.Store(true)
+	second := submit(t, n, SubmitRequest{Kind: "job", Key: "second", LimitKey: "b"})
+	receive(t, s.entered, "the pass's limited claim in flight")
+	release <- struct{}{} // the first ends while the pass is held
+	eventually(t, "the first's outcome written while the pass is held", b.statusIs(t, first.ID, task.Succeeded))
+	if got := s.overlapped.Load(); got != 0 {
+		t.Errorf("%d writes claimed along while a claim pass was in flight", got)
+	}
+	open()
+	eventually(t, "the second starts", func() bool { return led.started() == 2 })
+	close(release)
+	eventually(t, "the second succeeds", b.statusIs(t, second.ID, task.Succeeded))
+}
