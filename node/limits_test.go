@@ -677,17 +677,25 @@ func claimLoopIdle(n *Node) bool {
 	return len(n.claimLoop.wake) == 0
 }
 
-// TestLimitSlotIsClaimedAlongWithItsOutcome: under a limit, the slot a task
-// frees is claimed for the next in the transaction that writes its outcome
-// (flushAndClaim), not by a claim pass after it.
-func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
-	b := setup(t)
+// onePerKeyConfig is a node with one running task per limit key of kind
+// job, whose claims come only from pokes: no poll, no heartbeat while a
+// test runs.
+func onePerKeyConfig(t *testing.T, b *testBundle) Config {
 	cfg := b.config(t, "n1")
 	cfg.Concurrency = 10
 	cfg.PollInterval = time.Hour
 	cfg.BucketLeaseHeartbeat = 30 * time.Second
 	cfg.BucketLeaseTTL = 90 * time.Second
 	cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+	return cfg
+}
+
+// TestLimitSlotIsClaimedAlongWithItsOutcome: under a limit, the slot a task
+// frees is claimed for the next in the transaction that writes its outcome
+// (flushAndClaim), not by a claim pass after it.
+func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
+	b := setup(t)
+	cfg := onePerKeyConfig(t, b)
 	h := b.store.Handle()
 	t.Cleanup(h.Close)
 	s := &claimAlongStore{Store: h}
@@ -758,12 +766,7 @@ func (s *passGatedStore) AdvanceAndClaimLimited(ctx context.Context, owner strin
 // free slots, and waiting for the pass would put the write behind it.
 func TestLimitOutcomeWriteGoesBesideAClaimPassInFlight(t *testing.T) {
 	b := setup(t)
-	cfg := b.config(t, "n1")
-	cfg.Concurrency = 10
-	cfg.PollInterval = time.Hour
-	cfg.BucketLeaseHeartbeat = 30 * time.Second
-	cfg.BucketLeaseTTL = 90 * time.Second
-	cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+	cfg := onePerKeyConfig(t, b)
 	h := b.store.Handle()
 	t.Cleanup(h.Close)
 	s := &passGatedStore{Store: h, entered: make(chan struct{}, 1), gate: make(chan struct{})}
