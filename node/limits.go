@@ -46,6 +46,10 @@ type limiter struct {
 	// limits.
 	on    atomic.Bool
 	owned atomic.Int64
+	// fleetWide mirrors whether a fleet-wide limit names one of the
+	// node's kinds: only then does an outcome write claim along
+	// (Node.flushAndClaim).
+	fleetWide atomic.Bool
 
 	// shareGate serialises the limited claims with the share takes. A
 	// claim decided under a share must have committed before a take that
@@ -473,15 +477,18 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 		return
 	}
 	byKind := map[string][]store.Limit{}
+	fleetWide := false
 	for _, lim := range all {
 		if slices.Contains(kinds, lim.Kind) {
 			byKind[lim.Kind] = append(byKind[lim.Kind], lim)
+			fleetWide = fleetWide || lim.Per == store.PerFleet
 		}
 	}
 	l.mu.Lock()
 	l.limits, l.loaded = byKind, true
 	active := l.activeLocked()
 	l.on.Store(active)
+	l.fleetWide.Store(fleetWide)
 	l.prune()
 	if !active {
 		l.uses, l.closed = nil, map[rateKey]bool{}

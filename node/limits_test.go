@@ -677,25 +677,42 @@ func claimLoopIdle(n *Node) bool {
 	return len(n.claimLoop.wake) == 0
 }
 
-// onePerKeyConfig is a node with one running task per limit key of kind
-// job, whose claims come only from pokes: no poll, no heartbeat while a
+// fleetLimitConfig is a node with kind job limited to n running in the
+// fleet, whose claims come only from pokes: no poll, no heartbeat while a
 // test runs.
-func onePerKeyConfig(t *testing.T, b *testBundle) Config {
+func fleetLimitConfig(t *testing.T, b *testBundle, n int) Config {
 	cfg := b.config(t, "n1")
 	cfg.Concurrency = 10
 	cfg.PollInterval = time.Hour
 	cfg.BucketLeaseHeartbeat = 30 * time.Second
 	cfg.BucketLeaseTTL = 90 * time.Second
-	cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+	cfg.Limits = []store.Limit{{Name: "jobs", Kind: "job", Per: store.PerFleet, Concurrency: n}}
 	return cfg
 }
 
-// TestLimitSlotIsClaimedAlongWithItsOutcome: under a limit, the slot a task
-// frees is claimed for the next in the transaction that writes its outcome
-// (flushAndClaim), not by a claim pass after it.
+// TestLimitSlotIsClaimedAlongWithItsOutcome: under a fleet-wide limit, the
+// slot a task frees is claimed for the next in the transaction that writes
+// its outcome (flushAndClaim), not by a claim pass after it. Under per-key
+// limits alone the outcome is written alone and the claim pass claims: a
+// key's slot is not shared with other nodes, and claims along with the
+// writes cost the burn-down over many keys more database time than they
+// save.
 func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
+	perKey := func(t *testing.T, b *testBundle) Config {
+		cfg := fleetLimitConfig(t, b, 1)
+		cfg.Limits = []store.Limit{{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1}}
+		return cfg
+	}
+	fleet := func(t *testing.T, b *testBundle) Config { return fleetLimitConfig(t, b, 1) }
+	t.Run("fleet", func(t *testing.T) { testClaimAlong(t, fleet, 2) })
+	t.Run("per_key", func(t *testing.T) { testClaimAlong(t, perKey, 0) })
+}
+
+// testClaimAlong runs three tasks of one limit key, limited to one running,
+// and wants along of them claimed with an outcome write.
+func testClaimAlong(t *testing.T, config func(*testing.T, *testBundle) Config, along int64) {
 	b := setup(t)
-	cfg := onePerKeyConfig(t, b)
+	cfg := config(t, b)
 	h := b.store.Handle()
 	t.Cleanup(h.Close)
 	s := &claimAlongStore{Store: h}
@@ -719,8 +736,8 @@ func TestLimitSlotIsClaimedAlongWithItsOutcome(t *testing.T) {
 	for _, id := range ids {
 		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
 	}
-	if got := s.along.Load(); got != 2 {
-		t.Errorf("%d tasks were claimed along with an outcome write; want 2 (the second and the third)", got)
+	if got := s.along.Load(); got != along {
+		t.Errorf("%d tasks were claimed along with an outcome write; want %d", got, along)
 	}
 	if peaks, _ := led.peaks(); peaks["tenant"] > 1 {
 		t.Errorf("key tenant ran %d at once, limit 1", peaks["tenant"])
@@ -766,7 +783,7 @@ func (s *passGatedStore) AdvanceAndClaimLimited(ctx context.Context, owner strin
 // free slots, and waiting for the pass would put the write behind it.
 func TestLimitOutcomeWriteGoesBesideAClaimPassInFlight(t *testing.T) {
 	b := setup(t)
-	cfg := onePerKeyConfig(t, b)
+	cfg := fleetLimitConfig(t, b, 2)
 	h := b.store.Handle()
 	t.Cleanup(h.Close)
 	s := &passGatedStore{Store: h, entered: make(chan struct{}, 1), gate: make(chan struct{})}
