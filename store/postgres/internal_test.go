@@ -616,7 +616,7 @@ func sqlLiteral(t *testing.T, v any) string {
 	switch v := v.(type) {
 	case string:
 		return quote(v)
-	case int, int32, int64:
+	case int, int32, int64, bool:
 		return fmt.Sprint(v)
 	case []string:
 		quoted := make([]string, len(v))
@@ -629,4 +629,59 @@ func sqlLiteral(t *testing.T, v any) string {
 	}
 	t.Fatalf("no literal for %T", v)
 	return ""
+}
+
+// TestLimitedClaimRanksOnlyWhenTheFirstOfEachKeyDoNotDecide: when the
+// first candidates of keys not named fill a limited claim and nothing else
+// could come as early in the round robin (sureDecides), the claim takes
+// them and never runs its ranking; otherwise it ranks.
+func TestLimitedClaimRanksOnlyWhenTheFirstOfEachKeyDoNotDecide(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		name  string
+		lc    store.LimitedClaim
+		ranks bool
+	}{
+		{"decided", store.LimitedClaim{}, false},
+		{"resources free", store.LimitedClaim{Free: store.Resources{"gpu": 1}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := migratedStore(ctx, t)
+			var nts []store.NewTask
+			for i := range 4 {
+				nts = append(nts, store.NewTask{Kind: "noop", Key: fmt.Sprint("k", i), Bucket: 3})
+			}
+			if _, err := s.CreateTasks(ctx, nts); err != nil {
+				t.Fatal(err)
+			}
+			leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(3), TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := store.ClaimRequest{Owner: "a", Node: "n", Buckets: []store.HeldBucket{{Bucket: 3, Epoch: leases[0].Epoch}},
+				Kinds: []string{"noop"}, Limit: 2, LeaseTTL: time.Minute}
+			q, err := limitedClaimOf(ctx, req, c.lc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, claimLimitedSettingSQL, "0", q.planMode)
+				return err
+			}, "(ANALYZE, COSTS OFF, TIMING OFF) "+claimLimitedSQL, q.args...)
+			text := strings.Join(plan, "\n")
+			ranked := false
+			for _, line := range plan {
+				if strings.Contains(line, "WindowAgg") && !strings.Contains(line, "never executed") {
+					ranked = true
+				}
+			}
+			if ranked != c.ranks {
+				t.Errorf("the claim ranked its candidates: %v, want %v:\n%s", ranked, c.ranks, text)
+			}
+			if !strings.Contains(text, "Update on flotilla_tasks") || !strings.Contains(text, "rows=2 loops=1") {
+				t.Errorf("the claim did not take 2 tasks:\n%s", text)
+			}
+		})
+	}
 }

@@ -507,6 +507,41 @@ func testLimitsRoundRobin(t *testing.T, h Harness) {
 		}
 	})
 
+	// When the first candidates of keys not named fill the claim, the
+	// claim may take them without ranking the rest; but a candidate as
+	// early in the round robin that is not one of them (a key named with
+	// no turn ahead and nothing running, as a rate limit names a key; a
+	// task that needs free resources; a kind with a room of its own) still
+	// takes its place in claim order.
+	t.Run("ClaimTakesEveryCandidateOfTheRoundInClaimOrder", func(t *testing.T) {
+		cases := []struct {
+			name  string
+			first store.NewTask
+			kinds []string
+			lc    store.LimitedClaim
+		}{
+			{"a key named with its turn", store.NewTask{Key: "first", Bucket: 4}, nil,
+				store.LimitedClaim{Keys: []store.KeyRoom{{Kind: "noop", Key: "first", Room: 1}}}},
+			{"a task that fits", store.NewTask{Key: "first", Bucket: 4, Resources: store.Resources{"gpu": 1}}, nil,
+				store.LimitedClaim{Free: store.Resources{"gpu": 1}}},
+			{"a kind with a room", store.NewTask{Kind: "train", Key: "first", Bucket: 4}, []string{"train", "noop"},
+				store.LimitedClaim{Kinds: []store.KindRoom{{Kind: "train", Room: 5, KeyRoom: -1}}}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				b := setup(t, h)
+				b.create(c.first)
+				b.create(store.NewTask{Key: "u1", Bucket: 4})
+				b.create(store.NewTask{Key: "u2", Bucket: 4})
+				held := b.hold("a", 4)
+				got := b.claimLimited("a", held, 2, c.lc, c.kinds...)
+				if n := countByKey(got); n["first"] != 1 || n["u1"] != 1 || len(got) != 2 {
+					t.Errorf("claimed %v, want first and u1, the first two in claim order", n)
+				}
+			})
+		}
+	})
+
 	t.Run("ClaimTakesKeysInTurn", func(t *testing.T) {
 		b := setup(t, h)
 		var nts []store.NewTask
