@@ -192,7 +192,7 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 // fewest used (KeyRoom.Used), then in claim order. A key with many queued
 // tasks therefore takes one start per round like a key with few.
 type LimitedClaim struct {
-	Scan  int        // candidates per walk; 0 means 2*Limit, at least 32, at most 10,000
+	Scan  int        // candidates per walk; 0 means ScanOf's
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
 	Keys  []KeyRoom  // keys with a room or use of their own
 	// BusyAt is the use from which a key is busy (0 means 1).
@@ -227,12 +227,41 @@ type KeyRoom struct {
 // Busy reports whether a key with used tasks is busy.
 func (lc LimitedClaim) Busy(used int) bool { return used >= max(1, lc.BusyAt) }
 
-// ScanOf is the number of candidates a claim of limit looks at.
+// ScanOf is the number of candidates a claim of limit looks at: Scan, or
+// twice limit, at most 10,000, and at least 32 when a key's room can turn
+// candidates down. Only rooms of kinds then can, and the candidates of a
+// closed kind are left out of the walk: a claim for the one slot of a
+// fleet-wide limit that an outcome write frees locked 32 rows to take one.
 func (lc LimitedClaim) ScanOf(limit int) int {
 	if lc.Scan > 0 {
 		return lc.Scan
 	}
+	if lc.onlyKindRooms() {
+		return min(2*max(limit, 1), 10_000)
+	}
 	return min(max(2*limit, 32), 10_000)
+}
+
+// onlyKindRooms reports whether no key and no resource can turn a
+// candidate down: no key named with a room (a closed key's candidates are
+// left out of the walk; the others named only order the claim), no kind
+// with a room per key, no resource free (a task that needs one is then
+// not taken at all).
+func (lc LimitedClaim) onlyKindRooms() bool {
+	if len(lc.Free) > 0 {
+		return false
+	}
+	for _, k := range lc.Keys {
+		if k.Room > 0 {
+			return false
+		}
+	}
+	for _, kr := range lc.Kinds {
+		if kr.KeyRoom >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // ActiveUse is what one active task holds, for a holder that rebuilds its
