@@ -85,27 +85,27 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 
 // claimLimitedSQL is claimSQL for a holder with limits (see
 // store.LimitedClaim). It walks the claim index as claimSQL does, leaving
-// out closed kinds ($9) and closed keys ($10, as kind || chr(31) || key: a
+// out closed kinds ($8) and closed keys ($9, as kind || chr(31) || key: a
 // NOT IN over a subquery, which PostgreSQL hashes, so ten thousand closed
-// keys cost a probe per row, not a scan of the list), and stops at $11
-// candidates; a second walk does the same leaving out the busy keys ($20)
+// keys cost a probe per row, not a scan of the list), and stops at $10
+// candidates; a second walk does the same leaving out the busy keys ($19)
 // and the keys of the first walk's candidates, so that keys queued behind
 // one key's backlog are seen. The second walk is skipped (a one-time
-// filter: its scan never runs) when the first walk already holds $5
+// filter: its scan never runs) when the first walk already holds $4
 // candidates that none of it could precede (sure): over many keys of a
 // few tasks each, the common case, it would lock as many rows again for
 // nothing. A sure candidate is the first of its key among the first walk's,
 // of a key not named (turn 0, none used), of a kind with no room of its own
 // and room for such a key, and needs no resource: it is picked in claim
 // order ahead of any other, and the second walk's candidates come after the
-// first's in claim order (when the first walk stops short of $11, there are
+// first's in claim order (when the first walk stops short of $10, there are
 // none). When moreover nothing else could come as early in the round
-// robin ($22, sureDecides), the first $5 sure candidates in claim order are
+// robin ($21, sureDecides), the first $4 sure candidates in claim order are
 // the claim, taken without ranking: a one-time filter keeps the ranking's
 // CTEs from running, which were a third of such a claim's execution.
 // Otherwise, over those few it ranks each candidate within its key and its
 // kind, sums each resource in claim order, and takes what the rooms allow
-// in round-robin order: the key's turn ($21) plus the candidate's rank
+// in round-robin order: the key's turn ($20) plus the candidate's rank
 // within its key, then fewest used. It bounds the buckets by the held range
 // on the claim index as claimSQL does. claimSQL itself reads no limit: a
 // fleet without limits pays nothing for them.
@@ -113,29 +113,29 @@ var claimLimitedSQL = `
 WITH held AS (
     SELECT l.bucket, l.epoch
     FROM flotilla_bucket_leases l
-    JOIN unnest($1::int[], $2::bigint[]) AS h(bucket, epoch) ON h.bucket = l.bucket AND h.epoch = l.epoch
-    WHERE l.owner = $3::text AND l.expires_at > statement_timestamp()
+    WHERE l.bucket = ANY($1::int[]) AND l.epoch = ($7::bigint[])[l.bucket + 1]
+      AND l.owner = $2::text AND l.expires_at > statement_timestamp()
 ), cand AS (
     SELECT t.id, t.status AS old_status, t.bucket, t.kind, t.priority, t.run_at, t.resources,
            ` + limitKeySQL + ` AS lk
     FROM flotilla_tasks t
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
-      AND t.kind = ANY($4::text[])
+      AND t.kind = ANY($3::text[])
       AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
-      AND t.kind <> ALL($9::text[])
-      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
+      AND t.kind <> ALL($8::text[])
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($9::text[]))
     ORDER BY t.priority DESC, t.run_at, t.id
-    LIMIT $11
+    LIMIT $10
     FOR UPDATE OF t SKIP LOCKED
 ), sure AS (
     SELECT f.id
     FROM (SELECT DISTINCT ON (c.kind, c.lk) c.id, c.kind, c.lk, c.resources
           FROM cand c ORDER BY c.kind, c.lk, c.priority DESC, c.run_at, c.id) f
     WHERE f.resources IS NULL
-      AND (f.kind || chr(31) || f.lk) <> ALL($14::text[])
-      AND NOT EXISTS (SELECT 1 FROM unnest($17::text[], $18::int[], $19::int[]) AS kr(kind, room, key_room)
+      AND (f.kind || chr(31) || f.lk) <> ALL($13::text[])
+      AND NOT EXISTS (SELECT 1 FROM unnest($16::text[], $17::int[], $18::int[]) AS kr(kind, room, key_room)
                       WHERE kr.kind = f.kind AND (kr.room >= 0 OR kr.key_room = 0))
 ), fresh AS (
     SELECT t.id, t.status AS old_status, t.bucket, t.kind, t.priority, t.run_at, t.resources,
@@ -143,16 +143,16 @@ WITH held AS (
     FROM flotilla_tasks t
     WHERE t.status IN ` + claimableStatusesSQL + `
       AND t.run_at <= statement_timestamp()
-      AND t.kind = ANY($4::text[])
+      AND t.kind = ANY($3::text[])
       AND t.bucket BETWEEN (SELECT min(bucket) FROM held) AND (SELECT max(bucket) FROM held)
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
-      AND t.kind <> ALL($9::text[])
-      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($10::text[]))
-      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($20::text[]))
+      AND t.kind <> ALL($8::text[])
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($9::text[]))
+      AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT unnest($19::text[]))
       AND (t.kind || chr(31) || ` + limitKeySQL + `) NOT IN (SELECT c.kind || chr(31) || c.lk FROM cand c)
-      AND (SELECT count(*) FROM sure) < $5
+      AND (SELECT count(*) FROM sure) < $4
     ORDER BY t.priority DESC, t.run_at, t.id
-    LIMIT $11
+    LIMIT $10
     FOR UPDATE OF t SKIP LOCKED
 ), ranked AS (
     SELECT c.*,
@@ -166,37 +166,37 @@ WITH held AS (
     WHERE r.resources IS NOT NULL
 ), unfit AS (
     SELECT n.id FROM needs n
-    LEFT JOIN unnest($12::text[], $13::bigint[]) AS f(name, free) ON f.name = n.name
+    LEFT JOIN unnest($11::text[], $12::bigint[]) AS f(name, free) ON f.name = n.name
     WHERE n.used > coalesce(f.free, 0)
 ), picked AS (
     (SELECT c.id, c.old_status, c.bucket
      FROM cand c
-     WHERE $22::bool AND (SELECT count(*) FROM sure) >= $5 AND c.id IN (SELECT id FROM sure)
+     WHERE $21::bool AND (SELECT count(*) FROM sure) >= $4 AND c.id IN (SELECT id FROM sure)
      ORDER BY c.priority DESC, c.run_at, c.id
-     LIMIT $5)
+     LIMIT $4)
     UNION ALL
     (SELECT r.id, r.old_status, r.bucket
     FROM ranked r
-    LEFT JOIN unnest($14::text[], $15::int[], $16::int[], $21::int[]) AS k(id, room, used, turn)
+    LEFT JOIN unnest($13::text[], $14::int[], $15::int[], $20::int[]) AS k(id, room, used, turn)
         ON k.id = r.kind || chr(31) || r.lk
-    LEFT JOIN unnest($17::text[], $18::int[], $19::int[]) AS kr(kind, room, key_room) ON kr.kind = r.kind
+    LEFT JOIN unnest($16::text[], $17::int[], $18::int[]) AS kr(kind, room, key_room) ON kr.kind = r.kind
     WHERE r.id NOT IN (SELECT id FROM unfit)
       AND (coalesce(k.room, kr.key_room, -1) < 0 OR r.key_rank < coalesce(k.room, kr.key_room))
       AND (coalesce(kr.room, -1) < 0 OR r.kind_rank < kr.room)
-      AND NOT ($22::bool AND (SELECT count(*) FROM sure) >= $5)
+      AND NOT ($21::bool AND (SELECT count(*) FROM sure) >= $4)
     ORDER BY coalesce(k.turn, 0) + r.key_rank, coalesce(k.used, 0), r.pos
-    LIMIT $5)
+    LIMIT $4)
 ), claimed AS (
     UPDATE flotilla_tasks t SET
         status = 'running',
         status_version = t.status_version + 1,
         claim_seq = t.claim_seq + 1,
         attempt = t.attempt + 1,
-        owner = $3::text,
-        node = $6::text,
-        epoch = ($8::bigint[])[p.bucket + 1],
+        owner = $2::text,
+        node = $5::text,
+        epoch = ($7::bigint[])[p.bucket + 1],
         started_at = statement_timestamp(),
-        lease_expires_at = statement_timestamp() + $7::bigint * interval '1 microsecond',
+        lease_expires_at = statement_timestamp() + $6::bigint * interval '1 microsecond',
         wait_reason = '',
         updated_at = statement_timestamp()
     FROM picked p
@@ -319,7 +319,7 @@ func limitedClaimOf(ctx context.Context, req store.ClaimRequest, lc store.Limite
 		frees = append(frees, v)
 	}
 	q := &limitedClaim{planMode: limitedPlanMode(req, lc), timeoutMillis: statementMillis(ctx)}
-	q.args = []any{h.buckets, h.epochs, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
+	q.args = []any{h.buckets, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
 		h.epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
 		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys, keyTurns, sureDecides(lc)}
 	return q, nil

@@ -235,6 +235,10 @@ func testLimits(t *testing.T, h Harness) {
 		if got := b.claimLimited("b", held, 10, store.LimitedClaim{}); len(got) != 0 {
 			t.Errorf("another owner claimed %v", ids(got))
 		}
+		wrong := []store.HeldBucket{{Bucket: 5, Epoch: held[0].Epoch + 1}}
+		if got := b.claimLimited("a", wrong, 10, store.LimitedClaim{}); len(got) != 0 {
+			t.Errorf("a claim under a wrong epoch returned %v", ids(got))
+		}
 		h.ExpireBucketLease(t, b.s, 5)
 		if got := b.claimLimited("a", held, 10, store.LimitedClaim{}); len(got) != 0 {
 			t.Errorf("an expired lease claimed %v", ids(got))
