@@ -102,7 +102,7 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // none). When moreover nothing else could come as early in the round
 // robin ($21, sureDecides), the first $4 sure candidates in claim order are
 // the claim, taken without ranking: a one-time filter keeps the ranking's
-// CTEs from running, which were a third of such a claim's execution.
+// CTEs from running, which were a fifth of such a claim's execution.
 // Otherwise, over those few it ranks each candidate within its key and its
 // kind, sums each resource in claim order, and takes what the rooms allow
 // in round-robin order: the key's turn ($20) plus the candidate's rank
