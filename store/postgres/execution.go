@@ -17,6 +17,16 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
+// heldLeasesSQL is the held CTE of the claims (claimSQL, claimLimitedSQL):
+// the buckets of $1 whose lease owner $2 holds, unexpired, under the epoch
+// $7 names for each.
+const heldLeasesSQL = `held AS (
+    SELECT l.bucket, l.epoch
+    FROM flotilla_bucket_leases l
+    WHERE l.bucket = ANY($1::int[]) AND l.epoch = ($7::bigint[])[l.bucket + 1]
+      AND l.owner = $2::text AND l.expires_at > statement_timestamp()
+)`
+
 // claimSQL claims in one statement: it keeps the requested buckets whose
 // lease the caller holds, unexpired, under the epoch it names; picks and
 // locks due claimable tasks of the given kinds in them, skipping rows that a
@@ -76,12 +86,7 @@ import (
 // claimBatch): the ordered index walk is then the only plan without a sort,
 // and the statement needs no other sort (claimed rows are ordered in Go).
 var claimSQL = `
-WITH held AS (
-    SELECT l.bucket, l.epoch
-    FROM flotilla_bucket_leases l
-    WHERE l.bucket = ANY($1::int[]) AND l.epoch = ($7::bigint[])[l.bucket + 1]
-      AND l.owner = $2::text AND l.expires_at > statement_timestamp()
-), picked AS (
+WITH ` + heldLeasesSQL + `, picked AS (
     SELECT t.id, t.status AS old_status, t.bucket
     FROM flotilla_tasks t
     WHERE t.status IN ` + claimableStatusesSQL + `

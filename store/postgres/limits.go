@@ -110,12 +110,7 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // on the claim index as claimSQL does. claimSQL itself reads no limit: a
 // fleet without limits pays nothing for them.
 var claimLimitedSQL = `
-WITH held AS (
-    SELECT l.bucket, l.epoch
-    FROM flotilla_bucket_leases l
-    WHERE l.bucket = ANY($1::int[]) AND l.epoch = ($7::bigint[])[l.bucket + 1]
-      AND l.owner = $2::text AND l.expires_at > statement_timestamp()
-), cand AS (
+WITH ` + heldLeasesSQL + `, cand AS (
     SELECT t.id, t.status AS old_status, t.bucket, t.kind, t.priority, t.run_at, t.resources,
            ` + limitKeySQL + ` AS lk
     FROM flotilla_tasks t
