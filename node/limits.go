@@ -79,6 +79,11 @@ type limiter struct {
 	tat      map[rateKey]time.Time
 	shares   map[string]shareState // by limit name
 	reasons  map[kindKey]string    // written on the task rows
+	// wideSent and wideAt are the reasons naming more than one key last
+	// sent, and when (writeReasons).
+	wideSent  string
+	wideAt    time.Time
+	wideEvery time.Duration
 	// turn and round are the round robin across limit keys (start-time
 	// fair queuing): a start of key k is tagged max(turn[k], round), turn[k]
 	// becomes the tag plus one, and round is the highest tag started. A
@@ -145,7 +150,7 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
 		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
-		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
+		shares: map[string]shareState{}, reasons: map[kindKey]string{}, wideEvery: wideReasonsEvery, turn: map[kindKey]int{},
 		closed: map[rateKey]bool{},
 	}
 	// Until the limits have been read once, claims go through the limiter,
@@ -539,7 +544,7 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 	for _, lim := range fleet {
 		l.takeShare(ctx, lim, buckets)
 	}
-	l.writeReasons(ctx, held)
+	l.writeReasons(ctx, held, kinds)
 }
 
 // shareRenewal is how often a holder that holds, uses or wants a share of
@@ -611,10 +616,15 @@ const maxReasonKeys = 100
 
 // writeReasons writes, on the waiting rows of each key a limit has closed,
 // why they wait; a key that reopened has its reason cleared by the claim.
-func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
+// A key's reason is sent once while it stays closed. The reasons that name
+// a whole kind (its fleet-wide share is in use) or the tasks that need
+// more than the node has free are sent at every refresh while they hold,
+// after the keys' own, so that a row names the key's limit first; the
+// store leaves the rows that carry their reason already.
+func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kinds []string) {
 	l.mu.Lock()
 	now := l.clock()
-	var out []store.WaitReason
+	var fresh, keys []store.WaitReason
 	closed := map[rateKey]bool{}
 	for kind, lims := range l.limits {
 		for _, lim := range lims {
@@ -623,7 +633,7 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 				for k, n := range l.running {
 					if k.kind == kind && n >= lim.Concurrency {
 						closed[rateKey{lim.Name, k.key}] = true
-						out = l.reasonLocked(out, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
+						fresh, keys = l.reasonLocked(fresh, keys, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
 					}
 				}
 			case lim.Rate > 0:
@@ -631,12 +641,18 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
 						closed[rk] = true
 						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
-						out = l.reasonLocked(out, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
+						fresh, keys = l.reasonLocked(fresh, keys, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
 							lim.Name, rk.key, next.Round(100*time.Millisecond)))
 					}
 				}
 			}
 		}
+	}
+	wide := l.wideReasonsLocked(now, kinds)
+	if sig := wideSignature(wide); sig == l.wideSent && now.Sub(l.wideAt) < l.wideEvery {
+		wide = nil // sent already; rows waiting since get them at the next round
+	} else {
+		l.wideSent, l.wideAt = sig, now
 	}
 	uses := l.usesLocked(closed, now)
 	metrics := l.metrics
@@ -644,12 +660,69 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket) {
 	if metrics != nil {
 		metrics.LimitsRefreshed(uses)
 	}
+	out := fresh
+	if len(wide) > 0 {
+		out = append(keys, wide...)
+	}
 	if len(out) == 0 {
 		return
 	}
 	if _, err := l.store.SetWaitReasons(ctx, l.owner, held, out); err != nil {
 		l.log.Warn("writing wait reasons failed", zap.Error(err))
 	}
+}
+
+// wideReasonsEvery is how often reasons naming more than one key are sent
+// again while they hold: each send reads every waiting row of the held
+// buckets, and a row that starts waiting after one gets its reason at the
+// next.
+const wideReasonsEvery = time.Minute
+
+// wideSignature tells two lists of reasons naming more than one key apart,
+// but for what is free: what is free changes as tasks start and end, and
+// which rows each names follows it at the next send.
+func wideSignature(rs []store.WaitReason) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%s\x00%v\x00%s\x00", r.Kind, r.ByResources, r.Reason)
+	}
+	return b.String()
+}
+
+// wideReasonsLocked returns the reasons that name more than one key: for
+// each of kinds, that tasks needing more than the node has free wait for
+// it, and, when the kind's share of a fleet-wide limit is in use, that
+// its tasks wait for the share.
+func (l *limiter) wideReasonsLocked(now time.Time, kinds []string) []store.WaitReason {
+	var out []store.WaitReason
+	free := store.Resources{}
+	for name, c := range l.capacity {
+		free[name] = max(0, c-l.used[name])
+	}
+	resources := fmt.Sprintf("resources: more than node %s has free (capacity %s)", l.node, store.Resources(l.capacity))
+	if len(l.capacity) == 0 {
+		resources = fmt.Sprintf("resources: node %s declares no capacity (worker run --capacity)", l.node)
+	}
+	for _, kind := range kinds {
+		out = append(out, store.WaitReason{Kind: kind, AllKeys: true, ByResources: true, Free: free, Reason: resources})
+	}
+	for _, kind := range kinds {
+		for _, lim := range l.limits[kind] {
+			if lim.Per != store.PerFleet {
+				continue
+			}
+			sh := l.shares[lim.Name]
+			if now.After(sh.deadline) {
+				sh.share = 0
+			}
+			if sh.share-l.kindRunning[kind] <= 0 {
+				out = append(out, store.WaitReason{Kind: kind, AllKeys: true,
+					Reason: fmt.Sprintf("fleet limit %s: %s at this holder's share of %d", lim.Name, kind, lim.Concurrency)})
+				break
+			}
+		}
+	}
+	return out
 }
 
 // usesLocked sums what each limit uses given the pairs closed now, counts
@@ -687,12 +760,17 @@ func (n *Node) LimitUse() []LimitUse {
 	return slices.Clone(n.limits.uses)
 }
 
-func (l *limiter) reasonLocked(out []store.WaitReason, k kindKey, reason string) []store.WaitReason {
-	if len(out) >= maxReasonKeys || l.reasons[k] != "" {
-		return out // written while the key stays closed; the claim clears it
+func (l *limiter) reasonLocked(fresh, keys []store.WaitReason, k kindKey, reason string) ([]store.WaitReason, []store.WaitReason) {
+	if len(keys) >= maxReasonKeys {
+		return fresh, keys
+	}
+	r := store.WaitReason{Kind: k.kind, LimitKey: k.key, Reason: reason}
+	keys = append(keys, r)
+	if l.reasons[k] != "" {
+		return fresh, keys // written while the key stays closed; the claim clears it
 	}
 	l.reasons[k] = reason
-	return append(out, store.WaitReason{Kind: k.kind, LimitKey: k.key, Reason: reason})
+	return append(fresh, r), keys
 }
 
 // opened forgets the reasons of keys whose tasks were claimed: their rows'

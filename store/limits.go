@@ -403,12 +403,46 @@ func GrantShare(n, fair, others int) int {
 	return max(0, min(fair, n-others))
 }
 
-// WaitReason is the latest reason why the queued tasks of one limit key
-// wait, written on their rows by the key's holder (SetWaitReasons).
+// WaitReason is the latest reason why waiting tasks of one kind wait,
+// written on their rows by the holder of their buckets (SetWaitReasons).
+// It names the tasks of one limit key, or with AllKeys every task of the
+// kind (its fleet-wide share is in use), or with AllKeys and ByResources
+// the tasks of the kind that need more of some resource than Free holds (a
+// name Free leaves out counts as none free). A row named by several gets
+// its key's reason first, then the resources', then its kind's, and of
+// reasons of one sort the first given.
 type WaitReason struct {
-	Kind     string
-	LimitKey string
-	Reason   string // "" clears it
+	Kind        string
+	LimitKey    string // ignored with AllKeys
+	AllKeys     bool
+	ByResources bool // only with AllKeys
+	Free        Resources
+	Reason      string // "" clears it
+}
+
+// WaitReasonFor returns the reason, of those given, that a waiting task of
+// the kind, limit key and resources given gets, and false when none names
+// it.
+func WaitReasonFor(reasons []WaitReason, kind, limitKey string, needs Resources) (string, bool) {
+	best, rank := "", 0
+	for _, r := range reasons {
+		if r.Kind != kind {
+			continue
+		}
+		var k int
+		switch {
+		case !r.AllKeys && r.LimitKey == limitKey:
+			k = 3
+		case r.AllKeys && r.ByResources && !r.Free.Covers(needs):
+			k = 2
+		case r.AllKeys && !r.ByResources:
+			k = 1
+		}
+		if k > rank {
+			best, rank = r.Reason, k
+		}
+	}
+	return best, rank > 0
 }
 
 // MaxWaitReasonRows bounds the task rows one SetWaitReasons call writes.

@@ -76,7 +76,7 @@ func cliReference(w io.Writer) {
 			p("```text\n%s\n```\n\n", d)
 		}
 		if ex, ok := examples[path]; ok {
-			p("Examples:\n\n```sh\n%s\n%s\n```\n\n", ex[0], ex[1])
+			p("Examples:\n\n```sh\n%s\n```\n\n", strings.Join(ex, "\n"))
 		}
 		if len(c.Subcommands) > 0 {
 			p("Commands:")

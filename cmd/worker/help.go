@@ -24,8 +24,8 @@ Under --json, an error is printed on stderr as {"error": "...", "exit": N}.`)
 	return b.String()
 }()
 
-// examples holds two examples for each command, by its path.
-var examples = map[string][2]string{
+// examples holds two examples or more for each command, by its path.
+var examples = map[string][]string{
 	"migrate": {
 		"worker migrate --dsn postgres://postgres@127.0.0.1:5432/flotilla",
 		"worker migrate --num-buckets 256    # a new fleet of 256 buckets",
@@ -117,6 +117,7 @@ var examples = map[string][2]string{
 	"limit set": {
 		"worker limit set api --kind fetch --per key --concurrency 2    # each limit key of kind fetch: at most 2 running",
 		"worker limit set mail --kind send --per key --rate 10/1s --burst 5",
+		"worker limit set train --kind train --per fleet --concurrency 4    # at most 4 of kind train running in the fleet",
 	},
 	"limit list": {
 		"worker limit list",
@@ -191,7 +192,7 @@ func document(cmds []*cli.Command, parent string) {
 			parts = append(parts, c.Description)
 		}
 		if ex, ok := examples[path]; ok {
-			parts = append(parts, "Examples:\n   "+ex[0]+"\n   "+ex[1])
+			parts = append(parts, "Examples:\n   "+strings.Join(ex, "\n   "))
 		}
 		parts = append(parts, exitStatusHelp)
 		c.Description = strings.Join(parts, "\n\n")

@@ -295,17 +295,15 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 			held[hb.Bucket] = true
 		}
 	}
-	type kk struct{ kind, key string }
-	want := map[kk]string{}
-	for _, r := range reasons {
-		want[kk{r.Kind, r.LimitKey}] = r.Reason
-	}
 	ids := slices.Sorted(maps.Keys(db.unfinished))
 	n := 0
 	for _, id := range ids {
 		rec := db.unfinished[id]
-		reason, ok := want[kk{rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey)}]
-		if !ok || !held[rec.Bucket] || !due(&rec.Task, now) || rec.WaitReason == reason {
+		if !held[rec.Bucket] || !due(&rec.Task, now) {
+			continue
+		}
+		reason, named := store.WaitReasonFor(reasons, rec.Kind, store.LimitKeyOf(rec.Key, rec.LimitKey), rec.Resources)
+		if !named || rec.WaitReason == reason {
 			continue
 		}
 		if n == store.MaxWaitReasonRows {

@@ -432,42 +432,52 @@ FROM flotilla_limit_shares ORDER BY limit_name, node, owner`)
 }
 
 // setWaitReasonsSQL writes reasons (a JSON array of [kind, limit key,
-// reason]) on the waiting rows of the named keys in the live buckets
-// (a JSON array), skipping rows that carry the reason already, at most
+// all keys, by resources, free, reason]) on the waiting rows they name in
+// the live buckets (a JSON array), each row the reason store.WaitReasonFor
+// picks, skipping rows that carry their reason already, at most
 // MaxWaitReasonRows rows, by id.
-const setWaitReasonsSQL = `WITH r(kind, lk, reason) AS (
-    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?)
-), todo(id, reason) AS (
-    SELECT t.id, r.reason
+const setWaitReasonsSQL = `WITH r(ord, kind, lk, all_keys, by_res, free, reason) AS (
+    SELECT key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+           json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
+    FROM json_each(?)
+), named(id, reason, cur) AS (
+    SELECT t.id, coalesce(
+        (SELECT r.reason FROM r
+         WHERE r.kind = t.kind AND NOT r.all_keys
+           AND r.lk = (CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END)
+         ORDER BY r.ord LIMIT 1),
+        (SELECT r.reason FROM r
+         WHERE r.kind = t.kind AND r.all_keys AND r.by_res AND EXISTS (
+             SELECT 1 FROM json_each(t.resources) e
+             WHERE e.value > coalesce((SELECT f.value FROM json_each(r.free) f WHERE f.key = e.key), 0))
+         ORDER BY r.ord LIMIT 1),
+        (SELECT r.reason FROM r WHERE r.kind = t.kind AND r.all_keys AND NOT r.by_res ORDER BY r.ord LIMIT 1)),
+        t.wait_reason
     FROM flotilla_tasks t
-    JOIN r ON r.kind = t.kind AND r.lk = (CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END)
     WHERE t.status IN ('queued', 'scheduled', 'retrying') AND (t.status = 'queued' OR t.run_at <= ?)
       AND t.bucket IN (SELECT value FROM json_each(?))
-      AND t.wait_reason <> r.reason
-    ORDER BY t.id
+), todo(id, reason) AS (
+    SELECT id, reason FROM named WHERE reason IS NOT NULL AND cur <> reason
+    ORDER BY id
     LIMIT ?
 )
 UPDATE flotilla_tasks SET wait_reason = (SELECT reason FROM todo WHERE todo.id = flotilla_tasks.id)
 WHERE id IN (SELECT id FROM todo)`
 
-// SetWaitReasons writes reasons on the waiting tasks of the keys named.
+// SetWaitReasons writes reasons on the waiting tasks they name.
 func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []store.HeldBucket, reasons []store.WaitReason) (int, error) {
 	if len(reasons) == 0 || len(buckets) == 0 {
 		return 0, s.checkOpen()
 	}
-	// One reason per key, the last given, as the memory store keeps it.
-	type kk struct{ kind, key string }
-	last := map[kk]int{}
+	rows := make([][6]any, len(reasons))
 	for i, r := range reasons {
-		last[kk{r.Kind, r.LimitKey}] = i
-	}
-	triples := make([][3]string, 0, len(last))
-	for i, r := range reasons {
-		if last[kk{r.Kind, r.LimitKey}] == i {
-			triples = append(triples, [3]string{r.Kind, r.LimitKey, r.Reason})
+		free := r.Free
+		if free == nil {
+			free = store.Resources{}
 		}
+		rows[i] = [6]any{r.Kind, r.LimitKey, r.AllKeys, r.ByResources, free, r.Reason}
 	}
-	reasonsJSON, _ := json.Marshal(triples)
+	reasonsJSON, _ := json.Marshal(rows)
 	var n int64
 	err := s.write(ctx, func(tx *wtx) error {
 		_, live, err := liveEpochs(tx, store.ClaimRequest{Owner: owner, Buckets: buckets})

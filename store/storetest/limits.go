@@ -426,6 +426,46 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("the claim left the reason: %+v", claimed)
 		}
 	})
+	t.Run("WaitReasonsNameAWholeKindOrTheTasksThatDoNotFit", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "closed", Bucket: 6},
+			store.NewTask{Key: "gpu-1", Bucket: 6, Resources: store.Resources{"gpu": 1}},
+			store.NewTask{Key: "gpu-3", Bucket: 6, Resources: store.Resources{"gpu": 3}},
+			store.NewTask{Key: "tpu", Bucket: 6, Resources: store.Resources{"tpu": 1}},
+			store.NewTask{Key: "plain", Bucket: 6},
+			store.NewTask{Kind: "other", Key: "o", Bucket: 6, Resources: store.Resources{"gpu": 9}},
+		)
+		held := b.hold("a", 6)
+		// A row named by several reasons gets its key's, then the
+		// resources', then its kind's, whatever the order given; of one
+		// sort, the first given.
+		reasons := []store.WaitReason{
+			{Kind: "noop", AllKeys: true, Reason: "kind"},
+			{Kind: "noop", AllKeys: true, Reason: "kind again"},
+			{Kind: "noop", AllKeys: true, ByResources: true, Free: store.Resources{"gpu": 2}, Reason: "resources"},
+			{Kind: "noop", LimitKey: "closed", Reason: "key"},
+			{Kind: "noop", LimitKey: "closed", Reason: "key again"},
+		}
+		if n, err := b.s.SetWaitReasons(b.ctx, "a", held, reasons); err != nil || n != 5 {
+			t.Fatalf("SetWaitReasons: %d rows, %v; want 5", n, err)
+		}
+		want := []string{"key", "kind", "resources", "resources", "kind", ""}
+		for i, c := range created {
+			if got := b.get(c.ID).WaitReason; got != want[i] {
+				t.Errorf("task %s: wait reason %q, want %q", c.Key, got, want[i])
+			}
+		}
+		// With no resource free at all, every task needing one is named.
+		n, err := b.s.SetWaitReasons(b.ctx, "a", held, []store.WaitReason{
+			{Kind: "noop", AllKeys: true, ByResources: true, Reason: "none free"}})
+		if err != nil || n != 3 {
+			t.Fatalf("SetWaitReasons with nothing free: %d rows, %v; want 3", n, err)
+		}
+		if got := b.get(created[1].ID).WaitReason; got != "none free" {
+			t.Errorf("a task needing gpu=1 with nothing free has reason %q", got)
+		}
+	})
 }
 
 func testLimitsFresh(t *testing.T, h Harness) {

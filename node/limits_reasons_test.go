@@ -1,0 +1,70 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// A holder writes on each waiting row why it waits: its key's own limit,
+// its kind's fleet-wide share, or resources the node does not have free.
+func TestLimitHolderWritesWhyTasksWait(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	cfg := b.config(t, "n1")
+	cfg.BucketLeaseHeartbeat = 50 * time.Millisecond
+	cfg.BucketLeaseTTL = time.Second
+	cfg.Capacity = store.Resources{"gpu": 1}
+	cfg.Limits = []store.Limit{
+		{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 1},
+		{Name: "trainers", Kind: "train", Per: store.PerFleet, Concurrency: 1},
+	}
+	gate := make(chan struct{})
+	n := b.newNode(t, cfg, map[string]Handler{"fetch": led.handler(gate), "train": led.handler(gate),
+		"render": led.handler(gate)})
+	n.limits.wideEvery = 0 // every refresh: tasks are submitted after the first
+	if err := n.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, n, SubmitRequest{Kind: "fetch", Key: "f1", LimitKey: "tenant-7"})
+	fetchWaits := submit(t, n, SubmitRequest{Kind: "fetch", Key: "f2", LimitKey: "tenant-7"})
+	submit(t, n, SubmitRequest{Kind: "train", Key: "t1"})
+	trainWaits := submit(t, n, SubmitRequest{Kind: "train", Key: "t2"})
+	tooBig := submit(t, n, SubmitRequest{Kind: "render", Key: "r1", Resources: store.Resources{"gpu": 2}})
+	eventually(t, "one fetch and one train running", func() bool { return led.started() == 2 })
+
+	want := map[int64]string{
+		fetchWaits.ID: "concurrency limit api: tenant-7 at 1/1",
+		trainWaits.ID: "fleet limit trainers: train at this holder's share of 1",
+		tooBig.ID:     "resources: more than node n1 has free (capacity gpu=1)",
+	}
+	for id, reason := range want {
+		eventually(t, "the reason "+reason, func() bool { return b.get(t, id).WaitReason == reason })
+	}
+	close(gate)
+	eventually(t, "the fetch and train tasks all start", func() bool { return led.started() == 4 })
+	for _, id := range []int64{fetchWaits.ID, trainWaits.ID} {
+		if got := b.get(t, id).WaitReason; got != "" {
+			t.Errorf("task %d started with its wait reason left: %q", id, got)
+		}
+	}
+}
+
+// A node with limits but no capacity runs no task that needs a resource,
+// and says so on the task.
+func TestLimitNodeWithoutCapacitySaysSo(t *testing.T) {
+	b := setup(t)
+	cfg := b.config(t, "n1")
+	cfg.BucketLeaseHeartbeat = 50 * time.Millisecond
+	cfg.BucketLeaseTTL = time.Second
+	cfg.Limits = []store.Limit{{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 1}}
+	n := b.newNode(t, cfg, map[string]Handler{"fetch": newLedger().handler(nil)})
+	n.limits.wideEvery = 0
+	if err := n.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	needs := submit(t, n, SubmitRequest{Kind: "fetch", Key: "g", Resources: store.Resources{"gpu": 1}})
+	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
+	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })
+}
