@@ -168,10 +168,17 @@ func (n *Node) limitedRequest(req store.ClaimRequest, held []store.HeldBucket, e
 	if room, bounded := kindsRoom(lc, n.kinds); bounded {
 		req.Limit = min(req.Limit, room)
 	}
-	for _, kr := range lc.Kinds {
+	for i, kr := range lc.Kinds {
 		if kr.Room == 0 {
 			// Its share is spent: ask again for one before the heartbeat.
 			n.limits.shareWanted.Store(true)
+		}
+		if kr.Room >= req.Limit && req.Limit > 0 {
+			// A room the claim cannot fill turns no candidate down, so it
+			// is no room for this claim: a claim whose first candidates
+			// then decide it skips its ranking (under a fleet-wide limit
+			// that is every claim of a slot an outcome frees).
+			lc.Kinds[i].Room = -1
 		}
 	}
 	return req, lc

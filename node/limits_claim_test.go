@@ -142,3 +142,36 @@ func TestLimitClaimCountsEndingAttemptsAsReleased(t *testing.T) {
 		t.Fatalf("key a counts %d running after the claim was built; want 1 until its attempt settles", got)
 	}
 }
+
+// TestLimitRoomTheClaimCannotFillIsNoRoom: a kind's room that the claim
+// asks for no more than binds nothing, and goes as no room, so that the
+// store may skip its ranking; a room the claim could fill stays.
+func TestLimitRoomTheClaimCannotFillIsNoRoom(t *testing.T) {
+	l := newTestLimiter(store.Limit{Name: "fleet", Kind: "job", Per: store.PerFleet, Concurrency: 4})
+	l.shares["fleet"] = shareState{share: 3, deadline: time.Now().Add(time.Hour)}
+	for _, c := range []struct {
+		kinds     []string
+		free      int
+		wantLimit int
+		wantRoom  int
+	}{
+		{[]string{"job"}, 1, 1, -1},
+		{[]string{"job"}, 5, 3, -1}, // the claim is cut to the room, which it then cannot pass
+		{[]string{"job", "other"}, 2, 2, -1},
+		{[]string{"job", "other"}, 3, 3, -1},
+		{[]string{"job", "other"}, 5, 5, 3}, // five of both kinds may be more than three of job
+	} {
+		n := &Node{limits: l, kinds: c.kinds}
+		req, lc := n.limitedRequest(store.ClaimRequest{Limit: c.free}, nil, nil)
+		room := 0
+		for _, kr := range lc.Kinds {
+			if kr.Kind == "job" {
+				room = kr.Room
+			}
+		}
+		if req.Limit != c.wantLimit || room != c.wantRoom {
+			t.Errorf("kinds %v, %d free: claim of %d with job's room %d; want %d and %d",
+				c.kinds, c.free, req.Limit, room, c.wantLimit, c.wantRoom)
+		}
+	}
+}

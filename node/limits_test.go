@@ -553,7 +553,8 @@ func TestLimitFleetShareMovesBetweenHeartbeats(t *testing.T) {
 
 // shareGateStore answers TakeShare with the share the test sets, and runs
 // the test's during function while the take is in flight; ClaimLimited
-// records the room each claim gave the kind and takes nothing.
+// records the room each claim gave the kind (the claim's size where the
+// room does not bind it) and takes nothing.
 type shareGateStore struct {
 	*memory.Store
 	mu     sync.Mutex
@@ -574,11 +575,15 @@ func (s *shareGateStore) TakeShare(ctx context.Context, req store.ShareRequest) 
 	return sh, err
 }
 
-func (s *shareGateStore) ClaimLimited(_ context.Context, _ store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
+func (s *shareGateStore) ClaimLimited(_ context.Context, req store.ClaimRequest, lc store.LimitedClaim) ([]*task.Task, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, kr := range lc.Kinds {
-		s.rooms = append(s.rooms, kr.Room)
+		room := kr.Room
+		if room < 0 || room > req.Limit {
+			room = req.Limit
+		}
+		s.rooms = append(s.rooms, room)
 	}
 	return nil, nil
 }
