@@ -618,9 +618,10 @@ const maxReasonKeys = 100
 // why they wait; a key that reopened has its reason cleared by the claim.
 // A key's reason is sent once while it stays closed. The reasons that name
 // a whole kind (its fleet-wide share is in use) or the tasks that need
-// more than the node has free are sent at every refresh while they hold,
-// after the keys' own, so that a row names the key's limit first; the
-// store leaves the rows that carry their reason already.
+// more than the node has free are sent when they change and at least every
+// wideEvery while they hold, with every closed key's reason beside them
+// (the store gives a row its key's first); the store leaves the rows that
+// carry their reason already.
 func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kinds []string) {
 	l.mu.Lock()
 	now := l.clock()
@@ -699,7 +700,7 @@ func (l *limiter) wideReasonsLocked(now time.Time, kinds []string) []store.WaitR
 	for name, c := range l.capacity {
 		free[name] = max(0, c-l.used[name])
 	}
-	resources := fmt.Sprintf("resources: more than node %s has free (capacity %s)", l.node, store.Resources(l.capacity))
+	resources := fmt.Sprintf("resources: more than node %s has free (capacity %s)", l.node, l.capacity)
 	if len(l.capacity) == 0 {
 		resources = fmt.Sprintf("resources: node %s declares no capacity (worker run --capacity)", l.node)
 	}

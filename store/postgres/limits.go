@@ -625,14 +625,13 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 	wide := false
 	seen := map[[2]string]bool{}
 	for _, r := range reasons {
-		if !r.AllKeys {
+		if k := [2]string{r.Kind, r.LimitKey}; !r.AllKeys {
 			// Of one key's reasons the first given; the join below would
 			// write any of them.
-			if k := [2]string{r.Kind, r.LimitKey}; seen[k] {
+			if seen[k] {
 				continue
-			} else {
-				seen[k] = true
 			}
+			seen[k] = true
 		}
 		wide = wide || r.AllKeys
 		f := r.Free
