@@ -317,27 +317,40 @@ type ShareUse struct {
 	Alive     bool
 }
 
-// FairShare is the share a holder may aim for given everyone's demand
-// (owner's included, at index me): each live holder gets an equal floor of
+// FairShare is the share owner me may aim for given every live holder's
+// demand, by owner (me's included): each live holder gets an equal floor of
 // n, and what holders with less demand than the floor leave idle is split
-// among those with more (water filling). The store then grants at most what
-// the others do not hold.
-func FairShare(n int, demands []int, me int) int {
-	if n <= 0 || me < 0 || me >= len(demands) {
+// among those with more (water filling). Where the holders at the level
+// cannot split what is left evenly, the first of them by owner get one
+// more: the fair shares then add up to n at most, and every holder, each
+// deciding alone, counts the same ones. (Rounding up for all of them let
+// the first takers reach n between them and left the last with nothing
+// for as long as the others had work: 2, 2 and 0 of 4.) The store then
+// grants at most what the others do not hold.
+func FairShare(n int, demands map[string]int, me string) int {
+	want, ok := demands[me]
+	if n <= 0 || !ok {
 		return 0
 	}
-	left, want := n, demands[me]
-	rest := slices.Clone(demands)
-	slices.Sort(rest)
-	for i, d := range rest {
-		even := left / (len(rest) - i)
-		if d <= even {
-			left -= d
+	owners := slices.Collect(maps.Keys(demands))
+	slices.SortFunc(owners, func(a, b string) int {
+		return cmp.Or(cmp.Compare(demands[a], demands[b]), strings.Compare(a, b))
+	})
+	left := n
+	for i, owner := range owners {
+		even := left / (len(owners) - i)
+		if demands[owner] <= even {
+			left -= demands[owner]
 			continue
 		}
 		// Everyone from here on wants more than an even split of what is
 		// left: that split is the level, and the owner gets no more.
-		return min(want, even+boolInt(left%(len(rest)-i) > 0))
+		level := slices.Sorted(slices.Values(owners[i:]))
+		at := slices.Index(level, me)
+		if at < 0 {
+			return want // below the level: its whole demand
+		}
+		return even + boolInt(at < left%len(level))
 	}
 	return want
 }
@@ -394,8 +407,7 @@ func UseByHolder(lim Limit, rows []KeyUse) []HolderUse {
 	return out
 }
 
-// GrantShare decides a share: the fair share, or what the owner already
-// holds when that is more and still its own, but never more than n minus
+// GrantShare decides a share: the fair share, but never more than n minus
 // what the others hold, each counted at the larger of its live share and
 // the tasks of the kind it runs in the database (so that a holder whose
 // share lapsed while its tasks still run is counted by its tasks).

@@ -235,7 +235,7 @@ func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 		}
 	}
 	demand := min(req.Running+queued, l.Concurrency, max(req.MaxDemand, req.Running))
-	demands := []int{demand}
+	demands := map[string]int{req.Owner: demand}
 	others := 0
 	for k, sh := range db.shares {
 		if k.limit != l.Name || k.owner == req.Owner {
@@ -243,7 +243,7 @@ func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 		}
 		live := now.Before(sh.ExpiresAt)
 		if live {
-			demands = append(demands, sh.Demand)
+			demands[k.owner] = sh.Demand
 			others += max(sh.Share, running[k.owner])
 		} else {
 			others += running[k.owner]
@@ -253,7 +253,7 @@ func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 	for _, n := range running { // owners without a share row
 		others += n
 	}
-	grant := store.GrantShare(l.Concurrency, store.FairShare(l.Concurrency, demands, 0), others)
+	grant := store.GrantShare(l.Concurrency, store.FairShare(l.Concurrency, demands, req.Owner), others)
 	row := &store.ShareUse{Limit: l.Name, Owner: req.Owner, Node: req.Node, Share: grant, Demand: demand,
 		ExpiresAt: dbTime(now.Add(req.TTL))}
 	db.shares[shareKey{l.Name, req.Owner}] = row

@@ -398,8 +398,8 @@ const takeShareLockSQL = `
 SELECT kind, per, concurrency FROM flotilla_limits WHERE name = $1 FOR UPDATE`
 
 // takeShareReadSQL returns, under that lock, the owner's queued demand
-// (capped at the limit), and for every other holder its demand when its
-// share is live and what it counts for: the larger of its live share and
+// (capped at the limit), and for every other holder its owner and demand
+// when its share is live and what it counts for: the larger of its live share and
 // the tasks of the kind it runs. It reads the limit's kind and
 // concurrency itself, so that it goes in the same round trip as the lock.
 // Go decides the grant (store.FairShare, store.GrantShare) and writes it
@@ -423,7 +423,8 @@ SELECT
         WHERE t.status IN ` + claimableStatusesSQL + ` AND t.run_at <= statement_timestamp()
           AND t.kind = (SELECT kind FROM lim) AND t.bucket = ANY($3::int[])
         LIMIT (SELECT concurrency FROM lim)) q),
-    coalesce((SELECT array_agg(demand) FROM shares), '{}'),
+    coalesce((SELECT array_agg(owner ORDER BY owner) FROM shares), '{}'),
+    coalesce((SELECT array_agg(demand ORDER BY owner) FROM shares), '{}'),
     coalesce((SELECT sum(greatest(coalesce(s.share, 0), coalesce(r.n, 0)))::int
               FROM shares s FULL JOIN running r ON r.owner = s.owner), 0)`
 
@@ -472,6 +473,7 @@ func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (sto
 	br := conn.SendBatch(ctx, b)
 	var per string
 	var n, queued, others int32
+	var owners []string
 	var demands []int32
 	_, err := br.Exec()
 	found := true
@@ -482,7 +484,7 @@ func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (sto
 		}
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&queued, &demands, &others)
+		err = br.QueryRow().Scan(&queued, &owners, &demands, &others)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -495,11 +497,14 @@ func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (sto
 	}
 	out.N, out.Found = int(n), true
 	out.Demand = min(req.Running+int(queued), out.N, max(req.MaxDemand, req.Running))
-	all := []int{out.Demand}
-	for _, d := range demands {
-		all = append(all, int(d))
+	if len(owners) != len(demands) {
+		return out, fmt.Errorf("read the shares: %d owners and %d demands", len(owners), len(demands))
 	}
-	out.Share = store.GrantShare(out.N, store.FairShare(out.N, all, 0), int(others))
+	all := map[string]int{req.Owner: out.Demand}
+	for i, d := range demands {
+		all[owners[i]] = int(d)
+	}
+	out.Share = store.GrantShare(out.N, store.FairShare(out.N, all, req.Owner), int(others))
 	b = &pgx.Batch{}
 	b.Queue(writeShareSQL, req.Limit, req.Owner, req.Node, int32(out.Share), int32(out.Demand), micros(req.TTL))
 	b.Queue("COMMIT")

@@ -308,8 +308,8 @@ func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 			return err
 		}
 		demand := min(req.Running+g.queued, l.Concurrency, max(req.MaxDemand, req.Running))
-		demands := append([]int{demand}, g.demands...)
-		grant := store.GrantShare(l.Concurrency, store.FairShare(l.Concurrency, demands, 0), g.others)
+		g.demands[req.Owner] = demand
+		grant := store.GrantShare(l.Concurrency, store.FairShare(l.Concurrency, g.demands, req.Owner), g.others)
 		expires := dbTime(tx.now.Add(req.TTL))
 		if _, err := tx.exec(`INSERT INTO flotilla_limit_shares (limit_name, owner, node, share, demand, expires_at)
 VALUES (?, ?, ?, ?, ?, ?)
@@ -334,12 +334,12 @@ ON CONFLICT (limit_name, owner) DO UPDATE SET node = excluded.node, share = excl
 // holder, or one without a share row, by its tasks alone).
 type shareInputs struct {
 	queued  int
-	demands []int
+	demands map[string]int // by owner
 	others  int
 }
 
 func readShareInputs(tx *wtx, l store.Limit, req store.ShareRequest) (shareInputs, error) {
-	var g shareInputs
+	g := shareInputs{demands: map[string]int{}}
 	held := req.Buckets
 	if held == nil {
 		held = []int{}
@@ -388,7 +388,7 @@ WHERE limit_name = ? AND owner <> ?`, l.Name, req.Owner)
 			return g, wrap(err, "read the shares of limit %s", store.Shorten(l.Name, 60))
 		}
 		if tx.now.Before(time.UnixMicro(expires)) {
-			g.demands = append(g.demands, demand)
+			g.demands[owner] = demand
 			g.others += max(share, running[owner])
 		} else {
 			g.others += running[owner]

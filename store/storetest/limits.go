@@ -331,6 +331,36 @@ func testLimits(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("SharesLeaveNoHolderWithNothing", func(t *testing.T) {
+		b := setup(t, h)
+		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}); err != nil {
+			t.Fatal(err)
+		}
+		owners := []string{"a", "b", "c"}
+		for i, owner := range owners {
+			for k := range 5 {
+				b.create(store.NewTask{Kind: "train", Key: fmt.Sprintf("%s-%d", owner, k), Bucket: i + 1})
+			}
+			b.hold(owner, i+1)
+		}
+		// Four over three holders who each want four: one of them gets
+		// the one left over, the same one whoever asks, so that after a
+		// round of renewals none is left with nothing.
+		shares := map[string]int{}
+		for range 3 {
+			for i, owner := range owners {
+				sh, err := b.s.TakeShare(b.ctx, store.ShareRequest{Limit: "train", Owner: owner, Node: nodeOf(owner),
+					MaxDemand: 100, Buckets: []int{i + 1}, TTL: leaseTTL})
+				if err != nil {
+					t.Fatal(err)
+				}
+				shares[owner] = sh.Share
+			}
+		}
+		if shares["a"]+shares["b"]+shares["c"] != 4 || min(shares["a"], shares["b"], shares["c"]) != 1 {
+			t.Errorf("shares of 4 over three holders wanting 4 each: %v, want 2, 1 and 1", shares)
+		}
+	})
 	t.Run("SharesNeverSumPastTheLimit", func(t *testing.T) {
 		b := setup(t, h)
 		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}); err != nil {
@@ -392,6 +422,159 @@ func testLimits(t *testing.T, h Harness) {
 		}
 		if sh := take("a", 2, 1); sh.Found {
 			t.Errorf("a share of a deleted limit: %+v", sh)
+		}
+	})
+
+	// A takeover moves a bucket, not the old holder's quota: the new holder
+	// starts from zero and gets only what the old holder's live share and
+	// its still-running rows leave, until both are gone.
+	t.Run("ShareOfANewHolderWaitsForTheOldHoldersShare", func(t *testing.T) {
+		b := setup(t, h)
+		const n = 4
+		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: n}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			b.create(store.NewTask{Kind: "train", Key: fmt.Sprint(i), Bucket: 1})
+		}
+		take := func(owner string, running int, ttl time.Duration, buckets ...int) store.Share {
+			t.Helper()
+			sh, err := b.s.TakeShare(b.ctx, store.ShareRequest{Limit: "train", Owner: owner, Node: nodeOf(owner),
+				Running: running, MaxDemand: 100, Buckets: buckets, TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sh
+		}
+		// held is what the fleet holds of the limit as the store sees it:
+		// each holder at the larger of its live share and its running rows.
+		held := func(step string) (total int, share, running map[string]int) {
+			t.Helper()
+			shares, err := b.s.ListShares(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			use, err := b.s.ListKeyUse(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			share, running = map[string]int{}, map[string]int{}
+			for _, s := range shares {
+				if s.Limit == "train" && s.Alive {
+					share[s.Node] = s.Share
+				}
+			}
+			for _, u := range use {
+				if u.Kind == "train" {
+					running[u.Node] += u.Active
+				}
+			}
+			nodes := map[string]bool{}
+			for node := range share {
+				nodes[node] = true
+			}
+			for node := range running {
+				nodes[node] = true
+			}
+			for node := range nodes {
+				total += max(share[node], running[node])
+			}
+			if total > n {
+				t.Errorf("%s: the fleet holds %d of %d (live shares %v, running %v)", step, total, n, share, running)
+			}
+			return total, share, running
+		}
+
+		heldA := b.hold("a", 1)
+		if a := take("a", 0, leaseTTL, 1); !a.Found || a.Share != n || a.Demand != n {
+			t.Fatalf("a alone: %+v, want all %d", a, n)
+		}
+		aTasks := b.claim("a", heldA, 3, "train")
+		if len(aTasks) != 3 {
+			t.Fatalf("a claimed %v, want 3", ids(aTasks))
+		}
+		if a := take("a", 3, leaseTTL, 1); a.Share != n {
+			t.Fatalf("a renewing with 3 running: %+v, want %d", a, n)
+		}
+		held("a runs 3 under its share")
+
+		// a is frozen past its lease; b takes the bucket under a new epoch.
+		h.ExpireBucketLease(t, b.s, 1)
+		heldB := b.hold("b", 1)
+		if heldB[0].Epoch <= heldA[0].Epoch {
+			t.Fatalf("b holds bucket 1 under epoch %d, a held it under %d", heldB[0].Epoch, heldA[0].Epoch)
+		}
+		bs := take("b", 0, leaseTTL, 1)
+		if bs.Share != 0 || bs.Demand != 3 {
+			t.Errorf("b beside a's live share of %d: %+v, want share 0, demand 3 (the queued tasks)", n, bs)
+		}
+		held("b took beside a's live share")
+
+		// a renews at its next heartbeat, without the bucket: its share may
+		// fall below the 3 it still runs, and then b counts a by its rows.
+		a := take("a", 3, leaseTTL)
+		if bs := take("b", 0, leaseTTL, 1); bs.Share != n-max(a.Share, 3) {
+			t.Errorf("b beside a's live share %d and 3 running rows: %+v, want %d", a.Share, bs, n-max(a.Share, 3))
+		}
+		held("b took beside a's renewed share")
+
+		// a's last renewal lapses at once: a starts nothing more, but its
+		// three tasks still run.
+		take("a", 3, time.Microsecond)
+		held("a renewed for the last time")
+		eventually(t, 10*time.Second, "a's share lapses", func() bool {
+			shares, err := b.s.ListShares(b.ctx)
+			if err != nil {
+				return false
+			}
+			for _, s := range shares {
+				if s.Owner == "a" {
+					return !s.Alive
+				}
+			}
+			return false
+		})
+		if bs := take("b", 0, leaseTTL, 1); bs.Share != n-3 {
+			t.Errorf("b beside a's lapsed share and 3 running rows: %+v, want %d", bs, n-3)
+		}
+		if got := b.claim("b", heldB, 1, "train"); len(got) != 1 {
+			t.Fatalf("b claimed %v under its share of 1", ids(got))
+		}
+		held("b runs 1 beside a's 3")
+
+		// b rescues a's tasks (claimed under the older epoch), one first:
+		// each row counts until it no longer runs.
+		expired, err := b.s.ExpiredTasks(b.ctx, heldB, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(expired) != 3 {
+			t.Fatalf("expired after the takeover: %v, want a's 3", ids(expired))
+		}
+		rescue := func(x *task.Task) {
+			t.Helper()
+			if _, err := b.s.Transition(b.ctx, store.Transition{ID: x.ID, Version: x.StatusVersion, To: task.Retrying,
+				Reason: "lease of a expired", Node: nodeOf("b"), Epoch: heldB[0].Epoch,
+				Guard: &store.LeaseGuard{Owner: "b", Epoch: heldB[0].Epoch}}); err != nil {
+				t.Fatalf("rescue %d: %v", x.ID, err)
+			}
+		}
+		rescue(expired[0])
+		if bs := take("b", 1, leaseTTL, 1); bs.Share != n-2 {
+			t.Errorf("b beside a's 2 running rows: %+v, want %d", bs, n-2)
+		}
+		held("one of a's tasks rescued")
+		for _, x := range expired[1:] {
+			rescue(x)
+		}
+		if bs := take("b", 1, leaseTTL, 1); bs.Share != n || bs.Demand != n {
+			t.Errorf("b once a holds nothing: %+v, want all %d", bs, n)
+		}
+		if got := b.claim("b", heldB, n-1, "train"); len(got) != n-1 {
+			t.Fatalf("b claimed %v, want %d more", ids(got), n-1)
+		}
+		if total, _, running := held("b runs its full share"); total != n || running[nodeOf("b")] != n {
+			t.Errorf("the fleet holds %d, b runs %d; want b alone at %d", total, running[nodeOf("b")], n)
 		}
 	})
 
