@@ -68,6 +68,12 @@ func (r *rescuer) pass(ctx context.Context) {
 		// the claim loop's poll once its backoff has passed.
 		n.claimLoop.poke()
 	}
+	if rep.Rescued() > 0 && n.limits.active() {
+		// The rows rescued ran under a previous holder, and the limits
+		// count them until a refresh reads that they no longer run: read
+		// it now, not a heartbeat later (the refresh pokes the claim loop).
+		n.limitLoop.poke()
+	}
 	if err != nil && ctx.Err() == nil {
 		// What is left is still expired: the next pass finds it again.
 		n.log.Warn("rescuing expired tasks failed; will retry", zap.Error(err))
