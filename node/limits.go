@@ -436,9 +436,10 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 		busiest = max(busiest, n)
 	}
 	lc.BusyAt = max(1, (busiest+1)/2)
-	lc.Free = store.Resources{}
+	lc.Free, lc.Capacity = store.Resources{}, store.Resources{}
 	for name, c := range l.capacity {
 		lc.Free[name] = max(0, c-l.used[name])
+		lc.Capacity[name] = c
 	}
 	return ready, lc
 }

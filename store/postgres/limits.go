@@ -155,14 +155,24 @@ WITH ` + heldLeasesSQL + `, cand AS (
            row_number() OVER (PARTITION BY c.kind ORDER BY c.priority DESC, c.run_at, c.id) - 1 AS kind_rank,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS pos
     FROM (SELECT * FROM cand UNION SELECT * FROM fresh) c
+), beyond AS (
+    -- Candidates needing more than the node has in all ($22, $23, when
+    -- $24): they never start here, and count in no running sum.
+    SELECT r.id FROM ranked r
+    WHERE $24::bool AND r.resources IS NOT NULL AND EXISTS (
+        SELECT 1 FROM jsonb_each_text(r.resources) AS y(name, amount)
+        LEFT JOIN unnest($22::text[], $23::bigint[]) AS cap(name, amount) ON cap.name = y.name
+        WHERE y.amount::bigint > coalesce(cap.amount, 0))
 ), needs AS (
     SELECT r.id, x.name, sum(x.amount::bigint) OVER (PARTITION BY x.name ORDER BY r.pos) AS used
     FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.resources) AS x(name, amount)
-    WHERE r.resources IS NOT NULL
+    WHERE r.resources IS NOT NULL AND r.id NOT IN (SELECT id FROM beyond)
 ), unfit AS (
     SELECT n.id FROM needs n
     LEFT JOIN unnest($11::text[], $12::bigint[]) AS f(name, free) ON f.name = n.name
     WHERE n.used > coalesce(f.free, 0)
+    UNION ALL
+    SELECT id FROM beyond
 ), picked AS (
     (SELECT c.id, c.old_status, c.bucket
      FROM cand c
@@ -313,10 +323,16 @@ func limitedClaimOf(ctx context.Context, req store.ClaimRequest, lc store.Limite
 		names = append(names, name)
 		frees = append(frees, v)
 	}
+	capNames, capAmounts := []string{}, []int64{}
+	for name, v := range lc.Capacity {
+		capNames = append(capNames, name)
+		capAmounts = append(capAmounts, v)
+	}
 	q := &limitedClaim{planMode: limitedPlanMode(req, lc), timeoutMillis: statementMillis(ctx)}
 	q.args = []any{h.buckets, req.Owner, req.Kinds, req.Limit, req.Node, micros(req.LeaseTTL),
 		h.epochByBucket, closedKinds, closedKeys, lc.ScanOf(req.Limit), names, frees,
-		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys, keyTurns, sureDecides(lc)}
+		keyIDs, keyRooms, keyUsed, kinds, kindRooms, kindKeyRooms, busyKeys, keyTurns, sureDecides(lc),
+		capNames, capAmounts, lc.Capacity != nil}
 	return q, nil
 }
 

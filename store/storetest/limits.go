@@ -193,6 +193,26 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("no gpu free, claimed %v", ids(got))
 		}
 	})
+	// A task first in line that needs more than the node has in all never
+	// starts there and holds back none after it; one that could start
+	// once enough is free keeps its place.
+	t.Run("ClaimPassesOverATaskBeyondTheCapacity", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "big", Bucket: 3, Resources: store.Resources{"gpu": 2}},
+			store.NewTask{Key: "small", Bucket: 3, Resources: store.Resources{"gpu": 1}},
+		)
+		held := b.hold("a", 3)
+		if got := b.claimLimited("a", held, 10, store.LimitedClaim{Free: store.Resources{"gpu": 1},
+			Capacity: store.Resources{"gpu": 2}}); len(got) != 0 {
+			t.Errorf("with gpu=2 in all and 1 free, claimed %v; want nothing: the first waits for both", ids(got))
+		}
+		got := b.claimLimited("a", held, 10, store.LimitedClaim{Free: store.Resources{"gpu": 1},
+			Capacity: store.Resources{"gpu": 1}})
+		if !slices.Equal(ids(got), []int64{created[1].ID}) {
+			t.Errorf("with gpu=1 in all, claimed %v; want the small one, past the one that never fits", ids(got))
+		}
+	})
 
 	// A node that declares no capacity uses the plain claim: a task that
 	// needs resources waits for a node whose capacity covers it.
