@@ -81,8 +81,14 @@ var examples = []example{
 		`a new submit with unique key invoice-7 was accepted as task 2, and succeeded`,
 	}},
 	{"limits", []string{
+		`node-1 holds buckets 0-7, capacity gpu=1`,
+		`node-2 holds buckets 8-15, no capacity`,
 		`all 6 exports succeeded; never more than 2 running at once for customer-a \(most seen: [12]\)`,
 		`all 4 emails succeeded; starts after the first, at 2 per second: \+\S+ \+\S+ \+\S+`,
+		`all 6 renders succeeded \(3 on node-1, 3 on node-2\); never more than 2 running at once in the fleet \(most seen: [12]\)`,
+		`all 3 train tasks succeeded on node-1, one at a time for its one gpu \(most seen: 1\)`,
+		`task \d+ \(train, needs gpu=2\) is still queued: resources: more than node node-1 has free \(capacity gpu=1\)`,
+		`stopped task \d+: queued -> cancelled`,
 	}},
 	{"pipeline", []string{
 		`submitted pipeline 1 \(word-count\) with 5 steps`,

@@ -1,9 +1,23 @@
-// Limits declares per-key flow control in node.Config.Limits: a
-// concurrency limit (at most 2 exports running at once per customer) and a
-// rate limit (at most 2 emails started per second per customer). A task
-// counts under its LimitKey (its Key when it has none); the LimitKey also
-// picks its bucket, so that the one holder of that bucket enforces the
-// key's limits alone, in memory.
+// Limits declares flow control in node.Config.Limits and node.Config.Capacity,
+// on two nodes that split the fleet's buckets between them:
+//
+//	node-1 holds buckets 0-7 and has one gpu (Capacity gpu=1)
+//	node-2 holds buckets 8-15 and declares no capacity
+//
+// Both run every kind and declare the same limits:
+//
+//   - per key: at most 2 exports running at once per customer, and at most 2
+//     emails started per second per customer. A task counts under its
+//     LimitKey (its Key when it has none); the LimitKey also picks its
+//     bucket, so that the one holder of that bucket enforces the key's
+//     limits alone, in memory.
+//   - fleet-wide: at most 2 renders running at once in the whole fleet,
+//     whichever node holds their buckets. No node sees the other's tasks:
+//     the holders share the 2 slots by quota, through the database.
+//   - resources: a train task needs gpu=1, and a node starts it only when
+//     that much of its capacity is free. Resources do not route a task: its
+//     key puts it in a bucket, and only that bucket's holder can run it, so
+//     the train tasks are given keys in node-1's buckets.
 //
 // It needs nothing installed: the fleet is an SQLite file in a temporary
 // directory, removed at exit.
@@ -15,10 +29,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/examples/internal/tempfleet"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
@@ -29,28 +45,53 @@ const (
 	exportsPerCustomer = 2
 	exports            = 6
 	emails             = 4
+	rendersInFleet     = 2
+	rendersPerNode     = 3
+	trains             = 3
 )
 
-// gauge tracks how many handlers run at once per limit key, and the most
-// it has seen.
+var limits = []store.Limit{
+	{Name: "exports-per-customer", Kind: "export", Per: store.PerKey, Concurrency: exportsPerCustomer},
+	{Name: "emails-per-customer", Kind: "email", Per: store.PerKey, Rate: 2, Period: time.Second},
+	{Name: "renders", Kind: "render", Per: store.PerFleet, Concurrency: rendersInFleet},
+}
+
+// gauge tracks how many handlers run at once under each name (a limit key,
+// or a whole kind across both nodes), and the most it has seen.
 type gauge struct {
 	mu      sync.Mutex
 	running map[string]int
 	most    map[string]int
 }
 
-func (g *gauge) enter(key string) int {
+func (g *gauge) enter(name string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.running[key]++
-	g.most[key] = max(g.most[key], g.running[key])
-	return g.running[key]
+	g.running[name]++
+	g.most[name] = max(g.most[name], g.running[name])
+	return g.running[name]
 }
 
-func (g *gauge) leave(key string) {
+func (g *gauge) leave(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.running[key]--
+	g.running[name]--
+}
+
+func (g *gauge) mostSeen(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.most[name]
+}
+
+// busy is a handler's work: d, or less when its context ends.
+func busy(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 func main() {
@@ -69,45 +110,89 @@ func run(ctx context.Context) error {
 	}
 	defer fleet.Close()
 
-	n, err := node.New(fleet.Store, node.Config{
-		NodeID:      "node-1",
-		AllBuckets:  true,
-		Concurrency: 50, // the node alone would run every export at once
-		// A task that a limit holds back is started at a later claim
-		// pass; a short poll makes the rate visible to the 100ms.
-		PollInterval: 100 * time.Millisecond,
-		Limits: []store.Limit{
-			{Name: "exports-per-customer", Kind: "export", Per: store.PerKey, Concurrency: exportsPerCustomer},
-			{Name: "emails-per-customer", Kind: "email", Per: store.PerKey, Rate: 2, Period: time.Second},
-		},
-	})
+	policy := fleet.Client.Policy()
+	half := tempfleet.NumBuckets / 2
+	specs := []struct {
+		id       string
+		buckets  bucket.Set
+		capacity store.Resources
+	}{
+		{"node-1", bucket.Of(seq(0, half)...), store.Resources{"gpu": 1}},
+		{"node-2", bucket.Of(seq(half, tempfleet.NumBuckets)...), nil},
+	}
+
+	// A train task that needs two gpus, more than any node has: it waits
+	// for ever. It is submitted before node-1 starts so that node-1's
+	// first refresh of its limits, as it starts, writes on its row why it
+	// waits. A task that starts waiting later gets that reason at a later
+	// refresh: reasons that name a whole kind are sent again when they
+	// change, else once a minute. Nobody holds its bucket yet, nor runs
+	// its kind there, so the client is told to skip those checks.
+	//
+	// It is first in line, and holds back none of the train tasks behind
+	// it: a task that needs more than its node has in all never starts
+	// there, and counts for nothing. (One that could start once enough is
+	// free keeps its place: those behind it wait rather than take, one at
+	// a time, what it waits for.)
+	bigKey := keysIn(policy, specs[0].buckets, "big-model", 1)[0]
+	big, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "train", Key: bigKey,
+		Resources: store.Resources{"gpu": 2}}, flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
 	if err != nil {
 		return err
 	}
+
 	g := &gauge{running: map[string]int{}, most: map[string]int{}}
-	n.Register("export", func(ctx context.Context, t *task.Task) error {
-		now := g.enter(t.LimitKey)
-		defer g.leave(t.LimitKey)
-		fmt.Printf("export %s for %s started (%d running for %s)\n", t.Key, t.LimitKey, now, t.LimitKey)
-		select {
-		case <-time.After(200 * time.Millisecond):
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	})
 	var mu sync.Mutex
 	var starts []time.Time
-	n.Register("email", func(ctx context.Context, t *task.Task) error {
-		mu.Lock()
-		defer mu.Unlock()
-		starts = append(starts, time.Now())
-		return nil
-	})
-	if err := n.Start(ctx); err != nil {
-		return err
+	for _, spec := range specs {
+		n, err := node.New(fleet.Store, node.Config{
+			NodeID:      spec.id,
+			Buckets:     spec.buckets,
+			Capacity:    spec.capacity,
+			Concurrency: 50, // a node alone would run every export and render at once
+			// A task that a limit holds back is started at a later claim
+			// pass; a short poll makes the rate visible to the 100ms.
+			PollInterval: 100 * time.Millisecond,
+			Limits:       limits, // the same on every node: each start upserts them
+		})
+		if err != nil {
+			return err
+		}
+		id := spec.id
+		n.Register("export", func(ctx context.Context, t *task.Task) error {
+			now := g.enter(t.LimitKey)
+			defer g.leave(t.LimitKey)
+			fmt.Printf("export %s for %s started (%d running for %s)\n", t.Key, t.LimitKey, now, t.LimitKey)
+			return busy(ctx, 200*time.Millisecond)
+		})
+		n.Register("email", func(ctx context.Context, t *task.Task) error {
+			mu.Lock()
+			defer mu.Unlock()
+			starts = append(starts, time.Now())
+			return nil
+		})
+		n.Register("render", func(ctx context.Context, t *task.Task) error {
+			now := g.enter("render")
+			defer g.leave("render")
+			fmt.Printf("render %s started on %s (%d running in the fleet)\n", t.Key, id, now)
+			return busy(ctx, 150*time.Millisecond)
+		})
+		n.Register("train", func(ctx context.Context, t *task.Task) error {
+			now := g.enter("gpu-" + id)
+			defer g.leave("gpu-" + id)
+			fmt.Printf("train %s started on %s (%d running there)\n", t.Key, id, now)
+			return busy(ctx, 100*time.Millisecond)
+		})
+		if err := n.Start(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
+		capacity := "no capacity"
+		if len(spec.capacity) > 0 {
+			capacity = "capacity " + spec.capacity.String()
+		}
+		fmt.Printf("%s holds buckets %s, %s\n", id, spec.buckets, capacity)
 	}
-	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
 	var reqs []flotilla.TaskRequest
 	for i := 1; i <= exports; i++ {
@@ -116,18 +201,36 @@ func run(ctx context.Context) error {
 	for i := 1; i <= emails; i++ {
 		reqs = append(reqs, flotilla.TaskRequest{Kind: "email", Key: fmt.Sprintf("email-%d", i), LimitKey: "customer-b"})
 	}
+	// Renders in both nodes' buckets, so that both want the fleet's slots.
+	for _, spec := range specs {
+		for _, key := range keysIn(policy, spec.buckets, "scene", rendersPerNode) {
+			reqs = append(reqs, flotilla.TaskRequest{Kind: "render", Key: key})
+		}
+	}
+	// Train tasks in node-1's buckets: node-1 has the gpu.
+	for _, key := range keysIn(policy, specs[0].buckets, "model", trains) {
+		reqs = append(reqs, flotilla.TaskRequest{Kind: "train", Key: key, Resources: store.Resources{"gpu": 1}})
+	}
 	submitted, err := fleet.Client.SubmitMany(ctx, reqs)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("submitted %d exports for customer-a and %d emails for customer-b\n", exports, emails)
+	fmt.Printf("submitted %d exports for customer-a, %d emails for customer-b, %d renders (%d in each node's buckets) "+
+		"and %d train tasks needing gpu=1 (in node-1's buckets)\n",
+		exports, emails, 2*rendersPerNode, rendersPerNode, trains)
+	ranOn := map[string]map[string]int{} // kind -> node -> tasks
 	for _, t := range submitted {
-		if _, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Succeeded); err != nil {
+		done, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Succeeded)
+		if err != nil {
 			return err
 		}
+		if ranOn[done.Kind] == nil {
+			ranOn[done.Kind] = map[string]int{}
+		}
+		ranOn[done.Kind][done.Node]++
 	}
 
-	most := g.most["customer-a"]
+	most := g.mostSeen("customer-a")
 	if most > exportsPerCustomer {
 		return fmt.Errorf("%d exports ran at once for customer-a, above the limit of %d", most, exportsPerCustomer)
 	}
@@ -135,11 +238,88 @@ func run(ctx context.Context) error {
 		exports, exportsPerCustomer, most)
 
 	mu.Lock()
-	defer mu.Unlock()
 	fmt.Printf("all %d emails succeeded; starts after the first, at 2 per second:", emails)
 	for _, at := range starts[1:] {
 		fmt.Printf(" +%v", at.Sub(starts[0]).Round(100*time.Millisecond))
 	}
 	fmt.Println()
+	mu.Unlock()
+
+	// How the two slots were split between the nodes depends on when each
+	// took its share; the total never exceeds them.
+	most = g.mostSeen("render")
+	if most > rendersInFleet {
+		return fmt.Errorf("%d renders ran at once in the fleet, above the limit of %d", most, rendersInFleet)
+	}
+	fmt.Printf("all %d renders succeeded (%d on node-1, %d on node-2); never more than %d running at once "+
+		"in the fleet (most seen: %d)\n",
+		2*rendersPerNode, ranOn["render"]["node-1"], ranOn["render"]["node-2"], rendersInFleet, most)
+
+	most = g.mostSeen("gpu-node-1")
+	if ranOn["train"]["node-1"] != trains || most > 1 {
+		return fmt.Errorf("train tasks: %v by node, %d at once on node-1; want all %d on node-1, one at a time",
+			ranOn["train"], most, trains)
+	}
+	fmt.Printf("all %d train tasks succeeded on node-1, one at a time for its one gpu (most seen: %d)\n", trains, most)
+
+	waiting, err := waitReason(ctx, fleet.Client, big.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("task %d (train, needs gpu=2) is still %s: %s\n", big.ID, waiting.Status, waiting.WaitReason)
+	res, err := fleet.Client.Stop(ctx, big.ID, "no node has 2 gpus", "example")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("stopped task %d: %s -> %s\n", big.ID, res.From, res.Status)
 	return nil
+}
+
+// seq returns lo, lo+1, ..., hi-1.
+func seq(lo, hi int) []int {
+	out := make([]int, 0, hi-lo)
+	for b := lo; b < hi; b++ {
+		out = append(out, b)
+	}
+	return out
+}
+
+// keysIn returns the first n keys prefix-1, prefix-2, ... whose buckets
+// are in set: keys hash to buckets, so a key is chosen for the node that
+// should run its task.
+func keysIn(p bucket.Policy, set bucket.Set, prefix string, n int) []string {
+	var keys []string
+	for i := 1; len(keys) < n; i++ {
+		if k := fmt.Sprintf("%s-%d", prefix, i); set.Contains(p.Of(k)) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// waitReason reads queued task id until it carries a wait reason naming
+// resources, for at most a few seconds.
+func waitReason(ctx context.Context, c *flotilla.Client, id int64) (*task.Task, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r, err := c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case r.Task.Status != task.Queued:
+			return nil, fmt.Errorf("task %d is %s, not queued", id, r.Task.Status)
+		case strings.HasPrefix(r.Task.WaitReason, "resources:"):
+			return r.Task, nil
+		}
+		select {
+		case <-ctx.Done():
+			return r.Task, fmt.Errorf("task %d is %s without a reason about resources (%q): %w",
+				id, r.Task.Status, r.Task.WaitReason, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
 }
