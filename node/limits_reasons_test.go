@@ -21,12 +21,8 @@ func TestLimitHolderWritesWhyTasksWait(t *testing.T) {
 		{Name: "trainers", Kind: "train", Per: store.PerFleet, Concurrency: 1},
 	}
 	gate := make(chan struct{})
-	n := b.newNode(t, cfg, map[string]Handler{"fetch": led.handler(gate), "train": led.handler(gate),
+	n := b.startNode(t, cfg, map[string]Handler{"fetch": led.handler(gate), "train": led.handler(gate),
 		"render": led.handler(gate)})
-	n.limits.wideEvery = 0 // every refresh: tasks are submitted after the first
-	if err := n.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
 	submit(t, n, SubmitRequest{Kind: "fetch", Key: "f1", LimitKey: "tenant-7"})
 	fetchWaits := submit(t, n, SubmitRequest{Kind: "fetch", Key: "f2", LimitKey: "tenant-7"})
 	submit(t, n, SubmitRequest{Kind: "train", Key: "t1"})
@@ -59,11 +55,7 @@ func TestLimitNodeWithoutCapacitySaysSo(t *testing.T) {
 	cfg.BucketLeaseHeartbeat = 50 * time.Millisecond
 	cfg.BucketLeaseTTL = time.Second
 	cfg.Limits = []store.Limit{{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 1}}
-	n := b.newNode(t, cfg, map[string]Handler{"fetch": newLedger().handler(nil)})
-	n.limits.wideEvery = 0
-	if err := n.Start(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	n := b.startNode(t, cfg, map[string]Handler{"fetch": newLedger().handler(nil)})
 	needs := submit(t, n, SubmitRequest{Kind: "fetch", Key: "g", Resources: store.Resources{"gpu": 1}})
 	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
 	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })

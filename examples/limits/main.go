@@ -125,9 +125,8 @@ func run(ctx context.Context) error {
 	// for ever. It is submitted before node-1 starts so that node-1's
 	// first refresh of its limits, as it starts, writes on its row why it
 	// waits. A task that starts waiting later gets that reason at a later
-	// refresh: reasons that name a whole kind are sent again when they
-	// change, else once a minute. Nobody holds its bucket yet, nor runs
-	// its kind there, so the client is told to skip those checks.
+	// refresh. Nobody holds its bucket yet, nor runs its kind there, so the
+	// client is told to skip those checks.
 	//
 	// It is first in line, and holds back none of the train tasks behind
 	// it: a task that needs more than its node has in all never starts
