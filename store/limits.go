@@ -115,6 +115,11 @@ func CheckResources(field string, r Resources) error {
 		if strings.ContainsAny(name, "=,") {
 			return &InvalidError{Field: field + " name", Value: name, Problem: "contains = or ,", Valid: "give names without them"}
 		}
+		if strings.TrimSpace(name) != name {
+			// " mem" would never match a task's "mem".
+			return &InvalidError{Field: field + " name", Value: name, Problem: "has spaces around it",
+				Valid: "give names without leading or trailing spaces"}
+		}
 		if v := r[name]; v <= 0 || v > 1<<40 {
 			return &InvalidError{Field: field, Value: name + "=" + strconv.FormatInt(v, 10), Problem: "is out of range",
 				Valid: "give a whole amount from 1 to 2^40"}
@@ -131,6 +136,8 @@ func ParseResources(field, s string) (Resources, error) {
 	out := Resources{}
 	for _, part := range strings.Split(s, ",") {
 		name, amount, ok := strings.Cut(part, "=")
+		// "gpu=1, mem=8" means mem, not " mem".
+		name, amount = strings.TrimSpace(name), strings.TrimSpace(amount)
 		if !ok {
 			return nil, &InvalidError{Field: field, Value: part, Problem: "is not NAME=AMOUNT", Valid: "give e.g. gpu=1,mem=8"}
 		}

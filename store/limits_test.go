@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/flotilla-dev/flotilla/store"
@@ -31,5 +32,19 @@ func TestScanOfLooksAtMoreOnlyWhereAKeyCanTurnCandidatesDown(t *testing.T) {
 		if got := c.lc.ScanOf(c.limit); got != c.want {
 			t.Errorf("%s: ScanOf(%d) = %d, want %d", c.name, c.limit, got, c.want)
 		}
+	}
+}
+
+// TestResourcesAroundSpaces: a list written with spaces after its commas
+// names what it says, and a name with spaces around it, which no task's
+// name would match, is refused naming it.
+func TestResourcesAroundSpaces(t *testing.T) {
+	got, err := store.ParseResources("--capacity", "gpu=1, mem = 8")
+	if err != nil || len(got) != 2 || got["gpu"] != 1 || got["mem"] != 8 {
+		t.Errorf("ParseResources of \"gpu=1, mem = 8\": %v, %v; want gpu=1 and mem=8", got, err)
+	}
+	err = store.CheckResources("capacity", store.Resources{" mem": 8})
+	if err == nil || !strings.Contains(err.Error(), `" mem"`) {
+		t.Errorf("a name with a space before it: %v; want it refused, named", err)
 	}
 }
