@@ -194,7 +194,7 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 // candidates before it in claim order, its rank within its (kind, limit key)
 // is below the key's room, its rank within its kind below the kind's room,
 // and the running sum of every resource it needs is within Free (a
-// candidate needing more than Capacity counting in no sum). Of those,
+// candidate needing more than Capacity counting in none of these). Of those,
 // it takes at most Limit in round-robin order: by the key's turn plus the
 // candidate's rank within its key (KeyRoom.Turn, 0 for keys not named), then
 // fewest used (KeyRoom.Used), then in claim order. A key with many queued
@@ -210,8 +210,8 @@ type LimitedClaim struct {
 	Free Resources
 	// Capacity is what the node has in all, when not nil: a candidate
 	// needing more of a resource than that can never start here, and is
-	// left out of the running sums, so that it holds back no candidate
-	// after it. (One that could start once enough is free keeps its
+	// left out before anything is counted (its key's and kind's ranks,
+	// the running sums), so that it holds back no candidate after it. (One that could start once enough is free keeps its
 	// place: the candidates after it wait, rather than take what it
 	// waits for one at a time.)
 	Capacity Resources
@@ -593,13 +593,13 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 	kindRank := map[string]int{}
 	sums := map[string]int64{}
 	for i, t := range cands {
+		if v.lc.Capacity != nil && !v.lc.Capacity.Covers(t.Resources) {
+			continue // it never starts here, and holds back no other
+		}
 		k := kindKey{t.Kind, LimitKeyOf(t.Key, t.LimitKey)}
 		rk, rkind := keyRank[k], kindRank[t.Kind]
 		keyRank[k]++
 		kindRank[t.Kind]++
-		if v.lc.Capacity != nil && !v.lc.Capacity.Covers(t.Resources) {
-			continue // it never starts here, and holds back no other
-		}
 		fits := true
 		for name, need := range t.Resources {
 			sums[name] += need

@@ -150,29 +150,27 @@ WITH ` + heldLeasesSQL + `, cand AS (
     LIMIT $10
     FOR UPDATE OF t SKIP LOCKED
 ), ranked AS (
+    -- Candidates needing more than the node has in all ($22, $23, when
+    -- $24) never start here: they are left out before the ranking, so
+    -- that they take no place in their key's or kind's room nor in any
+    -- running sum.
     SELECT c.*,
            row_number() OVER (PARTITION BY c.kind, c.lk ORDER BY c.priority DESC, c.run_at, c.id) - 1 AS key_rank,
            row_number() OVER (PARTITION BY c.kind ORDER BY c.priority DESC, c.run_at, c.id) - 1 AS kind_rank,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS pos
     FROM (SELECT * FROM cand UNION SELECT * FROM fresh) c
-), beyond AS (
-    -- Candidates needing more than the node has in all ($22, $23, when
-    -- $24): they never start here, and count in no running sum.
-    SELECT r.id FROM ranked r
-    WHERE $24::bool AND r.resources IS NOT NULL AND EXISTS (
-        SELECT 1 FROM jsonb_each_text(r.resources) AS y(name, amount)
+    WHERE NOT ($24::bool AND c.resources IS NOT NULL AND EXISTS (
+        SELECT 1 FROM jsonb_each_text(c.resources) AS y(name, amount)
         LEFT JOIN unnest($22::text[], $23::bigint[]) AS cap(name, amount) ON cap.name = y.name
-        WHERE y.amount::bigint > coalesce(cap.amount, 0))
+        WHERE y.amount::bigint > coalesce(cap.amount, 0)))
 ), needs AS (
     SELECT r.id, x.name, sum(x.amount::bigint) OVER (PARTITION BY x.name ORDER BY r.pos) AS used
     FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.resources) AS x(name, amount)
-    WHERE r.resources IS NOT NULL AND r.id NOT IN (SELECT id FROM beyond)
+    WHERE r.resources IS NOT NULL
 ), unfit AS (
     SELECT n.id FROM needs n
     LEFT JOIN unnest($11::text[], $12::bigint[]) AS f(name, free) ON f.name = n.name
     WHERE n.used > coalesce(f.free, 0)
-    UNION ALL
-    SELECT id FROM beyond
 ), picked AS (
     (SELECT c.id, c.old_status, c.bucket
      FROM cand c

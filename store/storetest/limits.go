@@ -213,6 +213,23 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("with gpu=1 in all, claimed %v; want the small one, past the one that never fits", ids(got))
 		}
 	})
+	// Nor does it take a place in its key's room.
+	t.Run("ATaskBeyondTheCapacityTakesNoPlaceInItsKeysRoom", func(t *testing.T) {
+		b := setup(t, h)
+		created := b.create(
+			store.NewTask{Key: "big", LimitKey: "tenant", Bucket: 3, Resources: store.Resources{"gpu": 2}},
+			store.NewTask{Key: "plain", LimitKey: "tenant", Bucket: 3},
+		)
+		held := b.hold("a", 3)
+		got := b.claimLimited("a", held, 10, store.LimitedClaim{
+			Kinds:    []store.KindRoom{{Kind: "noop", Room: -1, KeyRoom: 1}},
+			Free:     store.Resources{"gpu": 1},
+			Capacity: store.Resources{"gpu": 1},
+		})
+		if !slices.Equal(ids(got), []int64{created[1].ID}) {
+			t.Errorf("one per key, the key's first task beyond the capacity: claimed %v; want the key's second", ids(got))
+		}
+	})
 
 	// A node that declares no capacity uses the plain claim: a task that
 	// needs resources waits for a node whose capacity covers it.
