@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.uber.org/zap"
 
@@ -282,8 +283,9 @@ func (c Config) validate() error {
 		}
 	}
 	switch {
-	case strings.TrimSpace(c.NodeID) != c.NodeID || strings.ContainsAny(c.NodeID, " \t\r\n/"):
-		return fmt.Errorf("node config: NodeID %q contains whitespace or '/'; "+
+	case strings.TrimSpace(c.NodeID) != c.NodeID || strings.ContainsAny(c.NodeID, " \t\r\n/") ||
+		strings.ContainsFunc(c.NodeID, unicode.IsControl):
+		return fmt.Errorf("node config: NodeID %q contains whitespace, a control character or '/'; "+
 			"use letters, digits, '-', '_' or '.'", c.NodeID)
 	case c.Concurrency < 0:
 		return fmt.Errorf("node config: Concurrency is %d; it must be positive (or zero for %d)",

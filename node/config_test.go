@@ -31,6 +31,7 @@ func TestNewRefusesABadConfigNamingTheField(t *testing.T) {
 		{"no buckets", Config{}, []string{"Buckets is empty", "AllBuckets"}},
 		{"both buckets and all", Config{AllBuckets: true, Buckets: bucket.Of(1, 2)}, []string{"AllBuckets", `"1-2"`}},
 		{"a node id with a space", all(Config{NodeID: "my node"}), []string{"NodeID", `"my node"`}},
+		{"a node id with a control character", all(Config{NodeID: "a\x07b"}), []string{"NodeID", `"a\ab"`, "control character"}},
 	}
 	s := memory.New()
 	defer s.Close()
