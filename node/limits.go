@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -379,11 +380,7 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 				rated[kind] = true
 			}
 			if lim.Per == store.PerFleet {
-				sh := l.shares[lim.Name]
-				if now.After(sh.deadline) {
-					sh.share = 0 // not renewed in time: nothing more starts
-				}
-				narrow(&kr.Room, sh.share-l.kindRunning[kind])
+				narrow(&kr.Room, l.shareLocked(lim.Name, now)-l.kindRunning[kind])
 			}
 		}
 		lc.Kinds = append(lc.Kinds, kr)
@@ -437,12 +434,30 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 		busiest = max(busiest, n)
 	}
 	lc.BusyAt = max(1, (busiest+1)/2)
-	lc.Free, lc.Capacity = store.Resources{}, store.Resources{}
-	for name, c := range l.capacity {
-		lc.Free[name] = max(0, c-l.used[name])
-		lc.Capacity[name] = c
+	lc.Free, lc.Capacity = l.freeLocked(), maps.Clone(l.capacity)
+	if lc.Capacity == nil {
+		lc.Capacity = store.Resources{} // none at all: a task that needs any never starts here
 	}
 	return ready, lc
+}
+
+// freeLocked is what the node has free of each resource it has.
+func (l *limiter) freeLocked() store.Resources {
+	free := store.Resources{}
+	for name, c := range l.capacity {
+		free[name] = max(0, c-l.used[name])
+	}
+	return free
+}
+
+// shareLocked is the holder's share of the fleet-wide limit named: 0 once
+// not renewed in time (nothing more starts under it).
+func (l *limiter) shareLocked(limit string, now time.Time) int {
+	sh := l.shares[limit]
+	if now.After(sh.deadline) {
+		return 0
+	}
+	return sh.share
 }
 
 // rateIdle is how long past its last start's due time a rate-limited
@@ -708,10 +723,7 @@ func wideSignature(rs []store.WaitReason) string {
 // its tasks wait for the share.
 func (l *limiter) wideReasonsLocked(now time.Time, kinds []string) []store.WaitReason {
 	var out []store.WaitReason
-	free := store.Resources{}
-	for name, c := range l.capacity {
-		free[name] = max(0, c-l.used[name])
-	}
+	free := l.freeLocked()
 	resources := fmt.Sprintf("resources: more than node %s has free (capacity %s)", l.node, l.capacity)
 	if len(l.capacity) == 0 {
 		resources = fmt.Sprintf("resources: node %s declares no capacity (worker run --capacity)", l.node)
@@ -724,11 +736,7 @@ func (l *limiter) wideReasonsLocked(now time.Time, kinds []string) []store.WaitR
 			if lim.Per != store.PerFleet {
 				continue
 			}
-			sh := l.shares[lim.Name]
-			if now.After(sh.deadline) {
-				sh.share = 0
-			}
-			if sh.share-l.kindRunning[kind] <= 0 {
+			if l.shareLocked(lim.Name, now)-l.kindRunning[kind] <= 0 {
 				out = append(out, store.WaitReason{Kind: kind, AllKeys: true,
 					Reason: fmt.Sprintf("fleet limit %s: %s at this holder's share of %d", lim.Name, kind, lim.Concurrency)})
 				break
@@ -754,8 +762,8 @@ func (l *limiter) usesLocked(closed map[rateKey]bool, now time.Time) []LimitUse 
 		for _, lim := range lims {
 			u := LimitUse{Limit: lim.Name, Kind: kind, Per: lim.Per, Running: l.kindRunning[kind],
 				ClosedKeys: keys[lim.Name], Closures: closures[lim.Name]}
-			if sh := l.shares[lim.Name]; lim.Per == store.PerFleet && !now.After(sh.deadline) {
-				u.Share = sh.share
+			if lim.Per == store.PerFleet {
+				u.Share = l.shareLocked(lim.Name, now)
 			}
 			uses = append(uses, u)
 		}
