@@ -491,7 +491,8 @@ func (l *limiter) prune() {
 // refresh reloads the limits, reads the active rows of the held buckets,
 // renews the shares of fleet-wide limits and writes the reasons why keys
 // wait. held is read at the start; a bucket becomes ready under the epoch
-// it had then.
+// it had then. A node with no limit and no capacity only writes why its
+// tasks that need resources wait.
 func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []string) {
 	all, err := l.store.ListLimits(ctx)
 	if err != nil {
@@ -517,6 +518,9 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 	}
 	l.mu.Unlock()
 	if !active {
+		// Its plain claim passes over every task that needs resources:
+		// those in its buckets wait for good, and say so.
+		l.writeReasons(ctx, held, kinds)
 		return
 	}
 	buckets := make([]int, len(held))

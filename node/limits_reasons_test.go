@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // A holder writes on each waiting row why it waits: its key's own limit,
@@ -59,4 +60,56 @@ func TestLimitNodeWithoutCapacitySaysSo(t *testing.T) {
 	needs := submit(t, n, SubmitRequest{Kind: "fetch", Key: "g", Resources: store.Resources{"gpu": 1}})
 	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
 	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })
+}
+
+// A node with no limit and no capacity, as nodes are by default, takes no
+// task that needs a resource (its plain claim passes over them), and says
+// so on the task rather than leave it waiting without a word; a task that
+// needs nothing runs beside it.
+func TestNodeWithoutLimitsSaysWhyATaskNeedingResourcesWaits(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	cfg := b.config(t, "n1")
+	cfg.BucketLeaseHeartbeat = 50 * time.Millisecond
+	cfg.BucketLeaseTTL = time.Second
+	n := b.startNode(t, cfg, map[string]Handler{"render": led.handler(nil)})
+	needs := submit(t, n, SubmitRequest{Kind: "render", Key: "g", Resources: store.Resources{"gpu": 1}})
+	plain := submit(t, n, SubmitRequest{Kind: "render", Key: "p"})
+	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
+	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })
+	eventually(t, "the task needing nothing to succeed", func() bool { return b.get(t, plain.ID).Status == task.Succeeded })
+	if got := b.get(t, needs.ID).Status; got != task.Queued {
+		t.Errorf("the task needing gpu=1 is %s on a node with no capacity, want queued", got)
+	}
+	if got := b.get(t, plain.ID).WaitReason; got != "" {
+		t.Errorf("the task needing nothing has the wait reason %q", got)
+	}
+	if got := led.started(); got != 1 {
+		t.Errorf("%d handlers started, want 1", got)
+	}
+}
+
+// When the last limit naming its kinds is removed, the node reports that
+// no limit is in use any more, so that the removed limit's gauges go.
+func TestLimitUseIsClearedWhenTheLastLimitGoes(t *testing.T) {
+	b := setup(t)
+	reports := &limitReports{sum: map[string]int{}}
+	cfg := b.config(t, "n1")
+	cfg.Metrics = reports
+	cfg.Limits = []store.Limit{{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 2}}
+	n := b.startNode(t, cfg, map[string]Handler{"fetch": newLedger().handler(nil)})
+	n.limitPass(b.ctx)
+	if got := reports.reported(); len(got) != 1 || got[0].Limit != "api" {
+		t.Fatalf("reported %+v, want the use of api", got)
+	}
+	if err := b.store.DeleteLimit(b.ctx, "api"); err != nil {
+		t.Fatal(err)
+	}
+	n.limitPass(b.ctx)
+	if got := reports.reported(); len(got) != 0 {
+		t.Errorf("after api was removed the node reported %+v, want no limit in use", got)
+	}
+	if got := n.LimitUse(); len(got) != 0 {
+		t.Errorf("LimitUse() = %+v after api was removed", got)
+	}
 }

@@ -420,6 +420,13 @@ func (r *limitReports) LimitsRefreshed(uses []LimitUse) {
 	}
 }
 
+// reported is the use the last refresh reported.
+func (r *limitReports) reported() []LimitUse {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
 func (r *limitReports) closures(limit string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -686,3 +686,31 @@ func TestLimitedClaimRanksOnlyWhenTheFirstOfEachKeyDoNotDecide(t *testing.T) {
 		})
 	}
 }
+
+// A node that declares no capacity writes, at each refresh, why its tasks
+// that need resources wait. The statement must read those tasks by their
+// index, not walk the whole backlog of its buckets, which holds mostly
+// tasks that need nothing.
+func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	for _, sql := range []string{
+		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
+		 SELECT 'noop', 7, 'queued', now(), 3, now(), now() FROM generate_series(1, 5000) g`,
+		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, resources)
+		 SELECT 'noop', 7, 'queued', now(), 3, now(), now(), '{"gpu": 1}' FROM generate_series(1, 5) g`,
+		`ANALYZE flotilla_tasks`,
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	plan := explainIn(ctx, t, s, func(pgx.Tx) error { return nil }, setResourceWaitReasonsSQL,
+		"a", []int32{7}, []int64{1}, []string{"noop"}, []string{""}, []bool{true}, []bool{true}, []string{"{}"},
+		[]string{"resources: none"}, 100)
+	text := strings.Join(plan, "\n")
+	if strings.Contains(text, "Seq Scan on flotilla_tasks ") || !strings.Contains(text, "flotilla_tasks_resources_waiting_idx") {
+		t.Errorf("writing reasons by resources does not read the tasks needing resources by their index:\n%s", text)
+	}
+}

@@ -597,7 +597,20 @@ UPDATE flotilla_tasks t SET wait_reason = todo.reason FROM todo WHERE t.id = tod
 // own (named): with the limit and the order by id beside them, the planner
 // walked the backlog by id and joined each row to the reasons in a nested
 // loop, 1.3 s for 100,000 rows that carried their reasons already.
-var setWaitReasonsSQL = `
+//
+// When every reason is one for tasks that need more than is free, the
+// rows needing nothing cannot match, and waitingRows narrows the read to
+// the others: flotilla_tasks_resources_waiting_idx holds only those, so a
+// node that declares no capacity reads them, not its whole backlog, each
+// time it says why they wait.
+var setWaitReasonsSQL = waitReasonsSQL("")
+
+// setResourceWaitReasonsSQL is setWaitReasonsSQL for reasons that are all
+// by resources.
+var setResourceWaitReasonsSQL = waitReasonsSQL(" AND t.resources IS NOT NULL")
+
+func waitReasonsSQL(waitingRows string) string {
+	return `
 ` + reasonsHeldSQL + `, r AS (
     SELECT * FROM unnest($4::text[], $5::text[], $6::bool[], $7::bool[], $8::jsonb[], $9::text[])
         WITH ORDINALITY AS r(kind, lk, all_keys, by_res, free, reason, ord)
@@ -620,7 +633,7 @@ var setWaitReasonsSQL = `
         w.reason) AS reason) x
     WHERE t.status IN ` + claimableStatusesSQL + ` AND t.run_at <= statement_timestamp()
       AND t.bucket = ANY(ARRAY(SELECT bucket FROM held))
-      AND t.wait_reason <> x.reason
+      AND t.wait_reason <> x.reason` + waitingRows + `
 ), todo AS (
     SELECT t.id, n.reason
     FROM (SELECT id, reason FROM named ORDER BY id LIMIT $10) n
@@ -629,6 +642,7 @@ var setWaitReasonsSQL = `
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE flotilla_tasks t SET wait_reason = todo.reason FROM todo WHERE t.id = todo.id`
+}
 
 // SetWaitReasons writes reasons on the waiting tasks they name.
 func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []store.HeldBucket, reasons []store.WaitReason) (int, error) {
@@ -641,7 +655,7 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 	}
 	var kinds, keys, texts, free []string
 	var allKeys, byRes []bool
-	wide := false
+	wide, byResources := false, true
 	seen := map[[2]string]bool{}
 	for _, r := range reasons {
 		if k := [2]string{r.Kind, r.LimitKey}; !r.AllKeys {
@@ -653,6 +667,7 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 			seen[k] = true
 		}
 		wide = wide || r.AllKeys
+		byResources = byResources && r.AllKeys && r.ByResources
 		f := r.Free
 		if f == nil {
 			f = store.Resources{}
@@ -665,6 +680,9 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 	sql := setKeyWaitReasonsSQL
 	if wide {
 		sql = setWaitReasonsSQL
+		if byResources {
+			sql = setResourceWaitReasonsSQL
+		}
 		args = []any{owner, bs, eps, kinds, keys, allKeys, byRes, free, texts, store.MaxWaitReasonRows}
 	} else {
 		args = []any{owner, bs, eps, kinds, keys, texts, store.MaxWaitReasonRows}

@@ -436,7 +436,20 @@ FROM flotilla_limit_shares ORDER BY limit_name, node, owner`)
 // the live buckets (a JSON array), each row the reason store.WaitReasonFor
 // picks, skipping rows that carry their reason already, at most
 // MaxWaitReasonRows rows, by id.
-const setWaitReasonsSQL = `WITH r(ord, kind, lk, all_keys, by_res, free, reason) AS (
+//
+// When every reason is one for tasks that need more than is free, the
+// rows needing nothing cannot match, and waitingRows narrows the read to
+// the others (flotilla_tasks_resources_waiting_idx holds only those): a
+// node that declares no capacity reads them, not its whole backlog, inside
+// the writer's lock.
+var setWaitReasonsSQL = waitReasonsSQL("")
+
+// setResourceWaitReasonsSQL is setWaitReasonsSQL for reasons that are all
+// by resources.
+var setResourceWaitReasonsSQL = waitReasonsSQL(" AND t.resources IS NOT NULL")
+
+func waitReasonsSQL(waitingRows string) string {
+	return `WITH r(ord, kind, lk, all_keys, by_res, free, reason) AS (
     SELECT key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
            json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
     FROM json_each(?)
@@ -455,7 +468,7 @@ const setWaitReasonsSQL = `WITH r(ord, kind, lk, all_keys, by_res, free, reason)
         t.wait_reason
     FROM flotilla_tasks t
     WHERE t.status IN ('queued', 'scheduled', 'retrying') AND (t.status = 'queued' OR t.run_at <= ?)
-      AND t.bucket IN (SELECT value FROM json_each(?))
+      AND t.bucket IN (SELECT value FROM json_each(?))` + waitingRows + `
 ), todo(id, reason) AS (
     SELECT id, reason FROM named WHERE reason IS NOT NULL AND cur <> reason
     ORDER BY id
@@ -463,6 +476,7 @@ const setWaitReasonsSQL = `WITH r(ord, kind, lk, all_keys, by_res, free, reason)
 )
 UPDATE flotilla_tasks SET wait_reason = (SELECT reason FROM todo WHERE todo.id = flotilla_tasks.id)
 WHERE id IN (SELECT id FROM todo)`
+}
 
 // SetWaitReasons writes reasons on the waiting tasks they name.
 func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []store.HeldBucket, reasons []store.WaitReason) (int, error) {
@@ -470,7 +484,11 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 		return 0, s.checkOpen()
 	}
 	rows := make([][6]any, len(reasons))
+	query := setResourceWaitReasonsSQL
 	for i, r := range reasons {
+		if !r.AllKeys || !r.ByResources {
+			query = setWaitReasonsSQL
+		}
 		free := r.Free
 		if free == nil {
 			free = store.Resources{}
@@ -485,7 +503,7 @@ func (s *Store) SetWaitReasons(ctx context.Context, owner string, buckets []stor
 			n = 0
 			return err
 		}
-		res, err := tx.exec(setWaitReasonsSQL, string(reasonsJSON), tx.now.UnixMicro(), intsJSON(live), store.MaxWaitReasonRows)
+		res, err := tx.exec(query, string(reasonsJSON), tx.now.UnixMicro(), intsJSON(live), store.MaxWaitReasonRows)
 		if err != nil {
 			return wrap(err, "write wait reasons")
 		}

@@ -685,6 +685,19 @@ func testLimits(t *testing.T, h Harness) {
 		if got := b.get(created[1].ID).WaitReason; got != "none free" {
 			t.Errorf("a task needing gpu=1 with nothing free has reason %q", got)
 		}
+		// Reasons by resources alone read only the rows that need some
+		// (see the stores' resources index); what is free still decides.
+		n, err = b.s.SetWaitReasons(b.ctx, "a", held, []store.WaitReason{
+			{Kind: "noop", AllKeys: true, ByResources: true, Free: store.Resources{"gpu": 2}, Reason: "two free"}})
+		if err != nil || n != 2 {
+			t.Fatalf("SetWaitReasons with gpu=2 free: %d rows, %v; want 2 (gpu-3 and tpu)", n, err)
+		}
+		want = []string{"key", "none free", "two free", "two free", "kind", ""}
+		for i, c := range created {
+			if got := b.get(c.ID).WaitReason; got != want[i] {
+				t.Errorf("task %s: wait reason %q, want %q", c.Key, got, want[i])
+			}
+		}
 	})
 }
 
