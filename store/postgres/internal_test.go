@@ -250,15 +250,7 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	for _, sql := range []string{
-		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
-		 SELECT 'noop', 7, 'queued', now(), 3, now(), now() FROM generate_series(1, 5000) g`,
-		`ANALYZE flotilla_tasks`,
-	} {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	queueAndAnalyze(ctx, t, s, 5000, "")
 	// As AdvanceActive runs it: in a transaction, on the generic plan.
 	plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, genericPlanSQL)
@@ -267,6 +259,20 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 		[]*string{nil}, []*string{nil}, []int64{0}, []string{"n"}, allowedFrom, allowedTo)
 	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on flotilla_tasks ") {
 		t.Errorf("ending a task scans the task table:\n%s", text)
+	}
+}
+
+// queueAndAnalyze inserts n queued tasks in bucket 7, each needing
+// resources (JSON; "" for nothing), and refreshes the planner's statistics.
+func queueAndAnalyze(ctx context.Context, t *testing.T, s *Store, n int, resources string) {
+	t.Helper()
+	_, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, resources)
+		SELECT 'noop', 7, 'queued', now(), 3, now(), now(), nullif($2, '')::jsonb FROM generate_series(1, $1::int) g`, n, resources)
+	if err == nil {
+		_, err = s.pool.Exec(ctx, `ANALYZE flotilla_tasks`)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -695,17 +701,8 @@ func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	for _, sql := range []string{
-		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
-		 SELECT 'noop', 7, 'queued', now(), 3, now(), now() FROM generate_series(1, 5000) g`,
-		`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, resources)
-		 SELECT 'noop', 7, 'queued', now(), 3, now(), now(), '{"gpu": 1}' FROM generate_series(1, 5) g`,
-		`ANALYZE flotilla_tasks`,
-	} {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	queueAndAnalyze(ctx, t, s, 5000, "")
+	queueAndAnalyze(ctx, t, s, 5, `{"gpu": 1}`)
 	plan := explainIn(ctx, t, s, func(pgx.Tx) error { return nil }, setResourceWaitReasonsSQL,
 		"a", []int32{7}, []int64{1}, []string{"noop"}, []string{""}, []bool{true}, []bool{true}, []string{"{}"},
 		[]string{"resources: none"}, 100)
