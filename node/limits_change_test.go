@@ -80,6 +80,41 @@ func releaseOneByOne(t *testing.T, started func() int, end func(), total int) {
 	}
 }
 
+// backlogThroughChange queues total tasks of limit key t on n, whose
+// handler (led's, behind gate) holds each until released. It checks that
+// exactly before of them start, calls change (which returns once n has read
+// the change), checks that exactly after start, then releases them one at
+// a time and checks that every task succeeds and the key ran at most after
+// at once.
+func backlogThroughChange(t *testing.T, b *testBundle, n *Node, led *ledger, gate chan struct{},
+	total, before, after int, change func()) {
+	t.Helper()
+	open := openGate(t, gate)
+	var ids []int64
+	for i := range total {
+		ids = append(ids, submit(t, n, SubmitRequest{Kind: "fetch", Key: fmt.Sprint(i), LimitKey: "t"}).ID)
+	}
+	startsExactly := func(want int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d running", want), func() bool { return led.started() >= want })
+		claimPassesAfter(t, n)
+		if got := led.started(); got != want {
+			t.Fatalf("%d started where %d may run", got, want)
+		}
+	}
+	startsExactly(before)
+	change()
+	startsExactly(after)
+	releaseOneByOne(t, led.started, func() { endOne(t, gate) }, total)
+	open()
+	for _, id := range ids {
+		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
+	}
+	if peaks, _ := led.peaks(); peaks["t"] != after {
+		t.Errorf("key t ran at most %d at once after the change, want %d", peaks["t"], after)
+	}
+}
+
 // TestLimitRaisedWhileTasksRun: a per-key concurrency limit raised from 1
 // to 3 while one task of the key runs lets two more start at once, and no
 // fourth. Guards the limiter's refresh replacing its limits and the claim's
@@ -90,38 +125,16 @@ func TestLimitRaisedWhileTasksRun(t *testing.T) {
 	lim := store.Limit{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 1}
 	gate := make(chan struct{})
 	n := b.startNode(t, changeConfig(t, b, "n1", lim), map[string]Handler{"fetch": led.handler(gate)})
-	open := openGate(t, gate)
-	const total = 10
-	var ids []int64
-	for i := range total {
-		ids = append(ids, submit(t, n, SubmitRequest{Kind: "fetch", Key: fmt.Sprint(i), LimitKey: "t"}).ID)
-	}
-	eventually(t, "one running", func() bool { return led.started() >= 1 })
-	claimPassesAfter(t, n)
-	if got := led.started(); got != 1 {
-		t.Fatalf("%d started under a limit of 1", got)
-	}
-	lim.Concurrency = 3
-	setLimit(t, b, lim)
-	eventually(t, "the node reads the new limit", readLimit(n, "fetch", concurrencyIs(3)))
-	eventually(t, "three running", func() bool { return led.started() >= 3 })
-	claimPassesAfter(t, n)
-	if got := led.started(); got != 3 {
-		t.Fatalf("%d started while three held the key's 3 slots", got)
-	}
-	releaseOneByOne(t, led.started, func() { endOne(t, gate) }, total)
-	open()
-	for _, id := range ids {
-		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
-	}
-	if peaks, _ := led.peaks(); peaks["t"] != 3 {
-		t.Errorf("key t ran at most %d at once under a limit raised to 3, want 3", peaks["t"])
-	}
+	backlogThroughChange(t, b, n, led, gate, 10, 1, 3, func() {
+		lim.Concurrency = 3
+		setLimit(t, b, lim)
+		eventually(t, "the node reads the new limit", readLimit(n, "fetch", concurrencyIs(3)))
+	})
 }
 
 // TestLimitRemovedWhileTasksRun: once the node has read that the per-key
 // limit is gone (worker limit rm), the key runs as many as the node's
-// concurrency, and every task starts. Guards the refresh that drops a
+// concurrency (5), and every task starts. Guards the refresh that drops a
 // deleted limit (and with it the limits mode) instead of keeping the last
 // one it read.
 func TestLimitRemovedWhileTasksRun(t *testing.T) {
@@ -132,35 +145,12 @@ func TestLimitRemovedWhileTasksRun(t *testing.T) {
 	cfg.Concurrency = 5
 	gate := make(chan struct{})
 	n := b.startNode(t, cfg, map[string]Handler{"fetch": led.handler(gate)})
-	open := openGate(t, gate)
-	const total = 12
-	var ids []int64
-	for i := range total {
-		ids = append(ids, submit(t, n, SubmitRequest{Kind: "fetch", Key: fmt.Sprint(i), LimitKey: "t"}).ID)
-	}
-	eventually(t, "two running", func() bool { return led.started() >= 2 })
-	claimPassesAfter(t, n)
-	if got := led.started(); got != 2 {
-		t.Fatalf("%d started under a limit of 2", got)
-	}
-	if err := b.store.DeleteLimit(b.ctx, "api"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the node reads that the limit is gone", readLimit(n, "fetch", func(ls []store.Limit) bool { return len(ls) == 0 }))
-	// Only the node's 5 slots hold the key now.
-	eventually(t, "five running", func() bool { return led.started() >= 5 })
-	claimPassesAfter(t, n)
-	if got := led.started(); got != 5 {
-		t.Fatalf("%d started on a node of 5 slots", got)
-	}
-	releaseOneByOne(t, led.started, func() { endOne(t, gate) }, total)
-	open()
-	for _, id := range ids {
-		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
-	}
-	if peaks, _ := led.peaks(); peaks["t"] != 5 {
-		t.Errorf("key t ran at most %d at once with no limit on a node of 5 slots, want 5", peaks["t"])
-	}
+	backlogThroughChange(t, b, n, led, gate, 12, 2, 5, func() {
+		if err := b.store.DeleteLimit(b.ctx, "api"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the node reads that the limit is gone", readLimit(n, "fetch", func(ls []store.Limit) bool { return len(ls) == 0 }))
+	})
 }
 
 // TestLimitRateChangedWhileTasksRun changes a per-key rate limit while the
@@ -389,6 +379,32 @@ func sharedUnder(t *testing.T, nodes []*Node, lim store.Limit, at time.Time) {
 	}
 }
 
+// startsExactly waits until want tasks have started across the fleet, and
+// checks that the claims after that started no more.
+func (f *fleetRun) startsExactly(t *testing.T, want int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d running", want), func() bool { return f.startedNow() >= want })
+	f.claimPasses(t)
+	if got := f.startedNow(); got != want {
+		t.Fatalf("%d started where the fleet may run %d", got, want)
+	}
+}
+
+// drain releases the running tasks one at a time until every task has
+// started, lets them all end (open), and checks that they all succeed and
+// the fleet ran at most peak at once.
+func (f *fleetRun) drain(t *testing.T, b *testBundle, open func(), peak int) {
+	t.Helper()
+	releaseOneByOne(t, f.startedNow, func() { f.endOne(t) }, len(f.ids))
+	open()
+	for _, id := range f.ids {
+		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
+	}
+	if got := f.peakNow(); got != peak {
+		t.Errorf("the fleet ran at most %d at once after the change, want %d", got, peak)
+	}
+}
+
 // TestLimitFleetLoweredWhileTasksRun: a fleet-wide limit lowered from 4 to
 // 2 while 4 run on two nodes starts nothing more until fewer than 2 run,
 // and from then on the fleet runs at most 2 at once; every task starts.
@@ -402,11 +418,7 @@ func TestLimitFleetLoweredWhileTasksRun(t *testing.T) {
 	lim := store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}
 	f := startFleet(t, b, lim, 6)
 	open := f.openGates(t)
-	eventually(t, "four running", func() bool { return f.startedNow() >= 4 })
-	f.claimPasses(t)
-	if got := f.startedNow(); got != 4 {
-		t.Fatalf("%d started under a fleet-wide limit of 4", got)
-	}
+	f.startsExactly(t, 4)
 	lim.Concurrency = 2
 	setLimit(t, b, lim)
 	sharedUnder(t, f.nodes, lim, time.Now())
@@ -423,14 +435,7 @@ func TestLimitFleetLoweredWhileTasksRun(t *testing.T) {
 		t.Fatalf("%d started while 2 ran under a fleet-wide limit lowered to 2", got)
 	}
 	f.resetPeak()
-	releaseOneByOne(t, f.startedNow, func() { f.endOne(t) }, len(f.ids))
-	open()
-	for _, id := range f.ids {
-		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
-	}
-	if peak := f.peakNow(); peak != 2 {
-		t.Errorf("the fleet ran at most %d at once once the limit was lowered to 2, want 2", peak)
-	}
+	f.drain(t, b, open, 2)
 }
 
 // TestLimitFleetRaisedWhileTasksRun: a fleet-wide limit raised from 2 to 4
@@ -442,25 +447,10 @@ func TestLimitFleetRaisedWhileTasksRun(t *testing.T) {
 	lim := store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 2}
 	f := startFleet(t, b, lim, 6)
 	open := f.openGates(t)
-	eventually(t, "two running", func() bool { return f.startedNow() >= 2 })
-	f.claimPasses(t)
-	if got := f.startedNow(); got != 2 {
-		t.Fatalf("%d started under a fleet-wide limit of 2", got)
-	}
+	f.startsExactly(t, 2)
 	lim.Concurrency = 4
 	setLimit(t, b, lim)
 	sharedUnder(t, f.nodes, lim, time.Now())
-	eventually(t, "four running", func() bool { return f.startedNow() >= 4 })
-	f.claimPasses(t)
-	if got := f.startedNow(); got != 4 {
-		t.Fatalf("%d started while 4 ran under a fleet-wide limit raised to 4", got)
-	}
-	releaseOneByOne(t, f.startedNow, func() { f.endOne(t) }, len(f.ids))
-	open()
-	for _, id := range f.ids {
-		eventually(t, "all succeed", b.statusIs(t, id, task.Succeeded))
-	}
-	if peak := f.peakNow(); peak != 4 {
-		t.Errorf("the fleet ran at most %d at once under a limit raised to 4, want 4", peak)
-	}
+	f.startsExactly(t, 4)
+	f.drain(t, b, open, 4)
 }

@@ -301,24 +301,10 @@ func keysIn(p bucket.Policy, set bucket.Set, prefix string, n int) []string {
 func waitReason(ctx context.Context, c *flotilla.Client, id int64) (*task.Task, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := c.Get(ctx, id)
-		if err != nil {
-			return nil, err
+	return tempfleet.Poll(ctx, c, id, func(t *task.Task) (bool, error) {
+		if t.Status != task.Queued {
+			return false, fmt.Errorf("task %d is %s, not queued", id, t.Status)
 		}
-		switch {
-		case r.Task.Status != task.Queued:
-			return nil, fmt.Errorf("task %d is %s, not queued", id, r.Task.Status)
-		case strings.HasPrefix(r.Task.WaitReason, "resources:"):
-			return r.Task, nil
-		}
-		select {
-		case <-ctx.Done():
-			return r.Task, fmt.Errorf("task %d is %s without a reason about resources (%q): %w",
-				id, r.Task.Status, r.Task.WaitReason, context.Cause(ctx))
-		case <-tick.C:
-		}
-	}
+		return strings.HasPrefix(t.WaitReason, "resources:"), nil
+	})
 }

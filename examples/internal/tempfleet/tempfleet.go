@@ -67,6 +67,20 @@ func (f *Fleet) Close() {
 // Wait reads task id every 20ms until it is in one of the states given, or
 // has ended in another (an error naming the state it ended in), or ctx ends.
 func Wait(ctx context.Context, c *flotilla.Client, id int64, want ...task.Status) (*task.Task, error) {
+	return Poll(ctx, c, id, func(t *task.Task) (bool, error) {
+		switch {
+		case slices.Contains(want, t.Status):
+			return true, nil
+		case t.Status.Terminal():
+			return false, fmt.Errorf("task %d ended %s (error %q), not %v", id, t.Status, t.Error, want)
+		}
+		return false, nil
+	})
+}
+
+// Poll reads task id every 20ms until done reports it done or an error, or
+// ctx ends (an error naming the task's state and wait reason then).
+func Poll(ctx context.Context, c *flotilla.Client, id int64, done func(*task.Task) (bool, error)) (*task.Task, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -74,15 +88,13 @@ func Wait(ctx context.Context, c *flotilla.Client, id int64, want ...task.Status
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case slices.Contains(want, r.Task.Status):
-			return r.Task, nil
-		case r.Task.Status.Terminal():
-			return r.Task, fmt.Errorf("task %d ended %s (error %q), not %v", id, r.Task.Status, r.Task.Error, want)
+		if ok, err := done(r.Task); ok || err != nil {
+			return r.Task, err
 		}
 		select {
 		case <-ctx.Done():
-			return r.Task, fmt.Errorf("task %d is still %s: %w", id, r.Task.Status, context.Cause(ctx))
+			return r.Task, fmt.Errorf("task %d is still %s (waiting: %q): %w", id, r.Task.Status, r.Task.WaitReason,
+				context.Cause(ctx))
 		case <-tick.C:
 		}
 	}
