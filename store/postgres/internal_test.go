@@ -711,3 +711,65 @@ func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
 		t.Errorf("writing reasons by resources does not read the tasks needing resources by their index:\n%s", text)
 	}
 }
+
+// The reason writer never waits for a row another transaction has locked
+// (a claim or an outcome write in flight): it writes the other rows, leaves
+// that one to its next send, and so never holds up the lock's holder
+// either. Forced here with a locking read held open on one of two rows.
+func TestWaitReasonsPassOverALockedRow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	created, err := s.CreateTasks(ctx, []store.NewTask{
+		{Kind: "noop", Key: "a", Bucket: 7, Resources: store.Resources{"gpu": 1}},
+		{Kind: "noop", Key: "b", Bucket: 7, Resources: store.Resources{"gpu": 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "o", Node: "n", Buckets: bucket.Of(7), TTL: time.Minute})
+	if err != nil || !leases[0].Held {
+		t.Fatalf("acquire: %v %+v", err, leases)
+	}
+	held := []store.HeldBucket{{Bucket: 7, Epoch: leases[0].Epoch}}
+	locked, free := created[0].ID, created[1].ID
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT id FROM flotilla_tasks WHERE id = $1 FOR UPDATE`, locked); err != nil {
+		t.Fatal(err)
+	}
+
+	reasons := []store.WaitReason{{Kind: "noop", AllKeys: true, ByResources: true, Reason: "resources: none free"}}
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	n, err := s.SetWaitReasons(wctx, "o", held, reasons)
+	wcancel()
+	if err != nil || n != 1 {
+		t.Fatalf("SetWaitReasons beside a locked row: %d rows, %v; want 1 row, at once", n, err)
+	}
+	reasonOf := func(id int64) string {
+		t.Helper()
+		got, err := s.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.WaitReason
+	}
+	if got := reasonOf(free); got != reasons[0].Reason {
+		t.Errorf("the free row's reason is %q, want %q", got, reasons[0].Reason)
+	}
+	if got := reasonOf(locked); got != "" {
+		t.Errorf("the locked row got the reason %q under another transaction's lock", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.SetWaitReasons(ctx, "o", held, reasons); err != nil || n != 1 {
+		t.Fatalf("SetWaitReasons once the lock is gone: %d rows, %v; want 1", n, err)
+	}
+	if got := reasonOf(locked); got != reasons[0].Reason {
+		t.Errorf("once unlocked, the row's reason is %q, want %q", got, reasons[0].Reason)
+	}
+}
