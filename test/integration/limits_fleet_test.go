@@ -9,8 +9,9 @@ import (
 
 // TestFleetKindLimitHoldsThroughKillNine: three test workers with disjoint
 // buckets run probe tasks spread over every bucket, the kind limited by
-// `worker limit set --per fleet` to N running in the whole fleet, while a
-// holder that runs tasks is killed with SIGKILL and started again. The
+// `worker limit set --per fleet` to N running in the whole fleet, while
+// three holders, each running tasks, are killed with SIGKILL and started
+// again, one after another (the issue's three kills). The
 // ledger must show at no instant more than N executions of the kind across
 // the three nodes (an execution of the killed process ends when the
 // process is gone), and every task must succeed once (rig.verify).
@@ -24,7 +25,7 @@ func TestFleetKindLimitHoldsThroughKillNine(t *testing.T) {
 	const (
 		tasks = 600
 		limit = 6
-		kills = 1
+		kills = 3
 	)
 	if _, stderr, code := r.cli("limit", "set", "--kind", "probe", "--per", "fleet",
 		"--concurrency", strconv.Itoa(limit), "probe-fleet"); code != 0 {
