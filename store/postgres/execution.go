@@ -477,14 +477,14 @@ func queueAdvance(b *pgx.Batch, owner string, batch []store.ActiveTransition) {
 		wants[i], reasons[i], errs[i], nodes[i] = string(at.To), at.Reason, at.Error, at.Node
 		results[i], progress[i] = jsonText(at.Result), jsonText(at.Progress)
 	}
-	b.Queue(genericPlanSQL)
+	b.Queue(advanceSettingSQL)
 	b.Queue(lockTasksSQL, ids)
 	b.Queue(advanceSQL, owner, ids, seqs, wants, reasons, errs, results, progress, delays, nodes, allowedFrom, allowedTo)
 }
 
 // AdvanceAndClaimLimited writes the outcomes and claims in one
 // transaction: BEGIN, the advance's three statements, the claim's two
-// (its settings, which also set its own plan mode, then the claim), and
+// (its settings, which also set its own plan settings, then the claim), and
 // COMMIT go in one round trip. Whatever fails, the transaction writes
 // nothing.
 func (s *Store) AdvanceAndClaimLimited(ctx context.Context, owner string, batch []store.ActiveTransition,
@@ -532,14 +532,21 @@ func (s *Store) AdvanceAndClaimLimited(ctx context.Context, owner string, batch 
 	return out, claimed, nil
 }
 
-// genericPlanSQL has advanceSQL run on its cached generic plan. Its
-// parameters are arrays whose values change nothing in its plan (each input
-// is one primary-key probe), while planning it afresh for each call, as
-// the plan cache does while it judges a custom plan no worse, costs more
-// than the statement's work: measured on the plain burn-down, database CPU
-// per task fell from 117 to 103 µs (medians of 3, alternated runs;
-// docs/benchmarks.md).
-const genericPlanSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
+// advanceSettingSQL has the lock and advanceSQL run on their cached
+// generic plans, made without sequential scans. Their parameters are
+// arrays whose values change nothing in their plans (each input is one
+// primary-key probe), while planning them afresh for each call, as the
+// plan cache does while it judges a custom plan no worse, costs more than
+// the statement's work: measured on the plain burn-down, database CPU per
+// task fell from 117 to 103 µs (medians of 3, alternated runs;
+// docs/benchmarks.md). A generic plan is kept for the connection's life,
+// until statistics change; a node's connections make theirs on their
+// first write, often on a table of a page or two and never analyzed, where
+// a scan of the table is the cheaper plan. Kept while the table grew to a
+// million rows on a server without autovacuum, that scan held a node to
+// 240 tasks a second. With sequential scans off, every plan these
+// statements get is the one that stays right as the table grows.
+const advanceSettingSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
 
 // lockTasksSQL locks the named tasks' rows in id order, the order every
 // writer of several tasks locks them in.
@@ -549,7 +556,7 @@ const lockTasksSQL = `SELECT id FROM flotilla_tasks WHERE id = ANY($1::bigint[])
 // statement after it.
 func readAdvance(br pgx.BatchResults, owner string, batch []store.ActiveTransition) ([]store.Outcome, []int, error) {
 	n := len(batch)
-	for range 3 { // BEGIN, the plan mode, the lock
+	for range 3 { // BEGIN, the settings, the lock
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, err
 		}

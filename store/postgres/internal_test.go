@@ -253,7 +253,7 @@ func TestAdvanceLooksUpDependentsByID(t *testing.T) {
 	queueAndAnalyze(ctx, t, s, 5000, "")
 	// As AdvanceActive runs it: in a transaction, on the generic plan.
 	plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, genericPlanSQL)
+		_, err := tx.Exec(ctx, advanceSettingSQL)
 		return err
 	}, advanceSQL, "a", []int64{1}, []int64{1}, []string{"succeeded"}, []string{""}, []string{""},
 		[]*string{nil}, []*string{nil}, []int64{0}, []string{"n"}, allowedFrom, allowedTo)
@@ -771,5 +771,41 @@ func TestWaitReasonsPassOverALockedRow(t *testing.T) {
 	}
 	if got := reasonOf(locked); got != reasons[0].Reason {
 		t.Errorf("once unlocked, the row's reason is %q, want %q", got, reasons[0].Reason)
+	}
+}
+
+// TestAnOutcomeWritesPlanStaysRightAsTheTableGrows: a node's connections
+// prepare the statements of an outcome write on their first use, often on
+// a table of a page or two, never analyzed, and under the generic plan the
+// write asks for that plan is kept for the connection's life (until an
+// ANALYZE, which a server without autovacuum never runs). A lock planned
+// then as a scan of the table held a node to 240 tasks a second once the
+// table held a million rows. Under the write's settings, whatever the
+// table held when they were planned, the lock and the advance read the
+// task table by its indexes.
+func TestAnOutcomeWritesPlanStaysRightAsTheTableGrows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	settings := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, advanceSettingSQL)
+		return err
+	}
+	for _, rows := range []int{0, 50, 500} {
+		if rows > 0 {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
+				SELECT 'noop', 7, 'queued', now(), 3, now(), now() FROM generate_series(1, $1::int) g`, rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lock := explainIn(ctx, t, s, settings, lockTasksSQL, []int64{1, 2})
+		advance := explainIn(ctx, t, s, settings, advanceSQL, "a", []int64{1}, []int64{1}, []string{"succeeded"}, []string{""},
+			[]string{""}, []*string{nil}, []*string{nil}, []int64{0}, []string{"n"}, allowedFrom, allowedTo)
+		for name, plan := range map[string][]string{"lock": lock, "advance": advance} {
+			if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on flotilla_tasks") {
+				t.Errorf("the %s of an outcome write, planned on a table of %d rows never analyzed, scans the task table:\n%s",
+					name, rows, text)
+			}
+		}
 	}
 }

@@ -215,10 +215,11 @@ SELECT ` + taskColumns + `, ` + limitColumns + ` FROM claimed`
 // limited claim ranks and orders its candidates, and with sorts priced out
 // the planner walks its candidates in plans that took two seconds on 1,200
 // queued tasks instead of ten milliseconds, past the claim's statement
-// timeout. It also sets the claim's plan mode (see limitedPlanMode), which
-// after an advance in the same transaction would otherwise be the
-// advance's generic one.
-const claimLimitedSettingSQL = `SELECT set_config('statement_timeout', $1::text, true), set_config('plan_cache_mode', $2::text, true)`
+// timeout. It also sets the claim's plan mode (see limitedPlanMode) and
+// gives it back sequential scans, which after an advance in the same
+// transaction would otherwise be the advance's (advanceSettingSQL).
+const claimLimitedSettingSQL = `SELECT set_config('statement_timeout', $1::text, true), set_config('plan_cache_mode', $2::text, true),
+       set_config('enable_seqscan', 'on', true)`
 
 // Bounds of a limited claim planned once and for all (its generic plan):
 // one that asks for at most genericClaimTasks tasks and names at most
