@@ -223,6 +223,40 @@ func testPipelines(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("AStepPausedWhilePendingCountsDownWithoutAnEvent", func(t *testing.T) {
+		// a's end releases c and counts b down, b being paused, in a
+		// statement that skips nothing: b stays paused with no event of
+		// its own, and c's event says it left pending.
+		b := setup(t, h)
+		p := b.pipeline("paused-fan-out", step("a"), step("b", "a"), step("c", "a"))
+		held := b.hold("x", p.Bucket)
+		claimed := b.claim("x", held, 10)
+		if got := names(claimed); got != "a" {
+			t.Fatalf("claimed %q, want a", got)
+		}
+		bt := stepTask(t, p, "b")
+		if _, err := b.s.Transition(b.ctx, store.Transition{ID: bt.ID, Version: bt.StatusVersion, To: task.Paused, Reason: "pause requested"}); err != nil {
+			t.Fatalf("pausing pending step b: %v", err)
+		}
+		b.advance("x", store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded})
+		if got := b.statuses(p); got != "a=succeeded b=paused c=queued" {
+			t.Fatalf("statuses %s, want b paused and c queued", got)
+		}
+		evs := checkTrail(b, bt.ID)
+		if last := evs[len(evs)-1]; last.From != task.Pending || last.To != task.Paused || last.Reason != "pause requested" {
+			t.Errorf("b's last event is %+v, want its pause: a paused step counting down is no move", last)
+		}
+		evs = checkTrail(b, stepTask(t, p, "c").ID)
+		if last := evs[len(evs)-1]; last.From != task.Pending || last.To != task.Queued || last.Reason != store.ReasonDependenciesMet {
+			t.Errorf("c's release is audited as %+v, want pending -> queued, %s", last, store.ReasonDependenciesMet)
+		}
+		bt = b.get(bt.ID)
+		if got, err := b.s.Transition(b.ctx, store.Transition{ID: bt.ID, Version: bt.StatusVersion, To: task.Queued, Reason: "resume requested"}); err != nil || got.Status != task.Queued {
+			t.Fatalf("resuming b, whose dependency ended: %v, %v; want queued", got, err)
+		}
+		checkTrail(b, bt.ID)
+	})
+
 	t.Run("ResultsArePassed", func(t *testing.T) {
 		b := setup(t, h)
 		p := b.pipeline("results", step("a"), step("b"), step("c"), step("fanin", "a", "b", "c"))
