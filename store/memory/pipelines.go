@@ -195,12 +195,26 @@ func (s *Store) GetPipeline(ctx context.Context, id int64) (store.Pipeline, erro
 	return db.pipelineView(db.pipelines[id-1]), nil
 }
 
+// pipelineView shows each step by its newest task left. Retention removes
+// a finished pipeline a batch at a time, oldest tasks first, so that until
+// its last batch some steps may have no task left: those are not shown,
+// as the other stores, which read a pipeline from its tasks, do not.
 func (db *database) pipelineView(p *pipelineRecord) store.Pipeline {
 	out := store.Pipeline{ID: p.id, Name: p.name, Key: p.key, Bucket: p.bucket, CreatedAt: p.createdAt}
 	for _, sr := range p.steps {
+		var current *taskRecord
+		tries := 0
+		for _, id := range sr.tasks {
+			if rec := db.task(id); rec != nil {
+				current, tries = rec, tries+1
+			}
+		}
+		if current == nil {
+			continue
+		}
 		out.Steps = append(out.Steps, store.PipelineStep{
 			Name: sr.name, DependsOn: append([]task.Dependency(nil), sr.dependsOn...),
-			Task: db.task(sr.current()).snapshot(), Tries: len(sr.tasks),
+			Task: current.snapshot(), Tries: tries,
 		})
 	}
 	return out

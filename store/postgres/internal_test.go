@@ -809,3 +809,55 @@ func TestAnOutcomeWritesPlanStaysRightAsTheTableGrows(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationEightListsThePipelinesOfAnOlderSchema: a database at
+// schema 7 found a pipeline's tasks by an index on the task table; the
+// migration to 8 lists them in flotilla_pipeline_steps, so that a pipeline
+// created before it still shows every step after it.
+func TestMigrationEightListsThePipelinesOfAnOlderSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := New(ctx, testdb.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	all, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, createMigrationsTableSQL); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range all[:7] {
+		if _, err := s.pool.Exec(ctx, m.sql); err != nil {
+			t.Fatalf("migration %s: %v", m.name, err)
+		}
+		if _, err := s.pool.Exec(ctx, recordMigrationSQL, m.version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A pipeline of two steps as schema 7 stored it: its row and its tasks.
+	_, err = s.pool.Exec(ctx, `
+		WITH p AS (INSERT INTO flotilla_pipelines (name, key, bucket, created_at) VALUES ('old', 'k', 3, now()) RETURNING id)
+		INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, pipeline_id, step, deps_left)
+		SELECT 'noop', 'k', 3, st, now(), 3, now(), now(), p.id, name, deps
+		FROM p, (VALUES ('extract', 'queued', 0), ('load', 'pending', 1)) AS v(name, st, deps)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta, err := s.Migrate(ctx, 64); err != nil || meta.SchemaVersion != 8 {
+		t.Fatalf("Migrate from 7: %+v, %v; want schema version 8", meta, err)
+	}
+	p, err := s.GetPipeline(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, st := range p.Steps {
+		names = append(names, st.Name)
+	}
+	if got := strings.Join(names, " "); got != "extract load" {
+		t.Errorf("steps of a pipeline created at schema 7, read at 8: %q, want extract load", got)
+	}
+}

@@ -36,7 +36,8 @@ RETURNING created_at`
 )
 
 // insertStepsSQL creates steps of one pipeline in input order, pending or
-// queued as the caller planned them.
+// queued as the caller planned them, and lists them as the pipeline's
+// (flotilla_pipeline_steps).
 var insertStepsSQL = `
 WITH ins AS (
     INSERT INTO flotilla_tasks (kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms, payload,
@@ -47,6 +48,8 @@ WITH ins AS (
          WITH ORDINALITY AS i(kind, status, priority, max_attempts, timeout_ms, payload, step, deps_left, ord)
     ORDER BY i.ord
     RETURNING ` + taskColumns + `
+), listed AS (
+    INSERT INTO flotilla_pipeline_steps (pipeline_id, task_id) SELECT $3::bigint, id FROM ins
 )
 SELECT ` + taskColumns + ` FROM ins ORDER BY id`
 
@@ -70,8 +73,11 @@ WITH s AS (
 ` + eventInsertSQL("moved")
 
 // pipelineTasksSQL reads every task of a pipeline, old tries included, in
-// the order they were created.
-var pipelineTasksSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks WHERE pipeline_id = $1 ORDER BY id`
+// the order they were created: those flotilla_pipeline_steps lists, each
+// by its primary key.
+var pipelineTasksSQL = `SELECT ` + taskColumns + ` FROM flotilla_tasks
+WHERE id = ANY(ARRAY(SELECT task_id FROM flotilla_pipeline_steps WHERE pipeline_id = $1)) AND pipeline_id = $1
+ORDER BY id`
 
 const currentDepsSQL = `
 SELECT task_id, dep_step, on_policy FROM flotilla_task_deps WHERE task_id = ANY($1::bigint[]) ORDER BY task_id, ord`

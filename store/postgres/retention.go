@@ -34,7 +34,8 @@ func prunableSQL(a string) string {
 // flotilla_tasks_finished_idx per final state ($7) from the oldest end up
 // to the state's smallest age ($8, in milliseconds), at most $9 per state.
 // A pipeline's task qualifies only when every task of its pipeline does
-// (flotilla_tasks_pipeline_idx; all of them live in the same bucket).
+// (listed in flotilla_pipeline_steps; all of them live in the same
+// bucket).
 // lock is appended to the per-state scan.
 func prunableTasksSQL(lock string) string {
 	return `SELECT v.id, v.status, v.finished_at, v.pipeline_id
@@ -49,8 +50,9 @@ func prunableTasksSQL(lock string) string {
           AND t.finished_at <= statement_timestamp() - s.min_age_ms * interval '1 millisecond'
           AND ` + prunableSQL("t") + `
           AND (t.pipeline_id IS NULL OR NOT EXISTS (
-                SELECT 1 FROM flotilla_tasks p
-                WHERE p.pipeline_id = t.pipeline_id AND NOT ` + prunableSQL("p") + `))
+                SELECT 1 FROM flotilla_pipeline_steps ps
+                JOIN flotilla_tasks p ON p.id = ps.task_id
+                WHERE ps.pipeline_id = t.pipeline_id AND NOT ` + prunableSQL("p") + `))
         ORDER BY t.finished_at
         LIMIT $9
         ` + lock + `
@@ -58,8 +60,8 @@ func prunableTasksSQL(lock string) string {
 }
 
 // pruneSQL removes up to $9 prunable tasks of bucket $1, oldest first, with
-// their events, commands and dependency rows, and each pipeline whose last
-// task goes. It removes nothing unless $2 holds the bucket under epoch $3,
+// their events, commands, dependency rows and pipeline listings, and each
+// pipeline whose last task goes. It removes nothing unless $2 holds the bucket under epoch $3,
 // unexpired: the lease test is a one-time filter over the whole scan.
 //
 // It locks only finished rows, and skips those another transaction holds
@@ -89,13 +91,17 @@ WITH lease AS (
     DELETE FROM flotilla_commands c WHERE c.task_id = ANY((SELECT ids FROM ids)::bigint[]) RETURNING 1
 ), gone_deps AS (
     DELETE FROM flotilla_task_deps d WHERE d.task_id = ANY((SELECT ids FROM ids)::bigint[])
+), gone_steps AS (
+    DELETE FROM flotilla_pipeline_steps ps
+    WHERE ps.pipeline_id = ANY((SELECT pipelines FROM ids)::bigint[])
+      AND ps.task_id = ANY((SELECT ids FROM ids)::bigint[])
 ), gone_tasks AS (
     DELETE FROM flotilla_tasks t WHERE t.id = ANY((SELECT ids FROM ids)::bigint[]) RETURNING t.status, t.finished_at
 ), gone_pipelines AS (
     DELETE FROM flotilla_pipelines pl
     WHERE pl.id = ANY((SELECT pipelines FROM ids)::bigint[])
-      AND NOT EXISTS (SELECT 1 FROM flotilla_tasks t
-                      WHERE t.pipeline_id = pl.id AND t.id <> ALL((SELECT ids FROM ids)::bigint[]))
+      AND NOT EXISTS (SELECT 1 FROM flotilla_pipeline_steps ps
+                      WHERE ps.pipeline_id = pl.id AND ps.task_id <> ALL((SELECT ids FROM ids)::bigint[]))
 )
 SELECT EXISTS (SELECT 1 FROM lease), g.status, coalesce(g.n, 0), g.oldest,
        (SELECT count(*) FROM gone_events), (SELECT count(*) FROM gone_commands)

@@ -138,6 +138,44 @@ func testRetention(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("APipelinePrunedOverSeveralBatchesGoesWhole", func(t *testing.T) {
+		// A finished pipeline larger than a batch goes a batch at a time:
+		// what is left of it stays readable, and the pipeline itself goes
+		// with its last task, however many batches came before.
+		b := setup(t, h)
+		p := b.pipeline("etl", step("extract"), step("transform", "extract"), step("load", "transform"))
+		held := b.hold(pruner, p.Bucket)
+		var ids []int64
+		for range 3 {
+			claimed := b.claim(pruner, held, 10)
+			if len(claimed) != 1 {
+				t.Fatalf("claimed %d steps, want the next one of the chain", len(claimed))
+			}
+			if out := b.advance(pruner, store.ActiveTransition{Ref: claimed[0].Ref(), To: task.Succeeded}); out.Err != nil {
+				t.Fatal(out.Err)
+			}
+			ids = append(ids, claimed[0].ID)
+		}
+		for _, id := range ids {
+			b.h.AgeFinished(t, b.s, id, 48*time.Hour)
+		}
+		for left := 2; left >= 0; left-- {
+			if res := b.prune(held[0], store.DefaultRetention(), 1); res.Tasks != 1 {
+				t.Fatalf("a batch of 1 pruned %d tasks", res.Tasks)
+			}
+			got, err := b.s.GetPipeline(b.ctx, p.ID)
+			switch {
+			case left == 0 && !errors.Is(err, store.ErrNotFound):
+				t.Fatalf("GetPipeline once its last task was pruned: %v, want ErrNotFound", err)
+			case left > 0 && err != nil:
+				t.Fatalf("GetPipeline with %d tasks left: %v", left, err)
+			case left > 0 && len(got.Steps) != left:
+				t.Fatalf("GetPipeline with %d tasks left shows %d steps", left, len(got.Steps))
+			}
+		}
+		b.mustBeGone(ids...)
+	})
+
 	t.Run("UnacknowledgedCommandKept", func(t *testing.T) {
 		b := setup(t, h)
 		held := b.hold(pruner, 5)
