@@ -54,7 +54,7 @@ func TestSustainedLoadWithRetentionPrunesAndWithoutKeepsEverything(t *testing.T)
 //
 //	FLOTILLA_CHART_DATA=$PWD/docs/charts/data go test -run '^$' -bench SustainedRetention -benchtime 1x -timeout 30m -v ./benchmark/
 func BenchmarkSustainedRetention(b *testing.B) {
-	const sustainedRate = 500 // tasks a second
+	const sustainedRate = 5000 // tasks a second, the rate the retention target names
 	chartData := os.Getenv("FLOTILLA_CHART_DATA")
 	// Refuse a wrong directory before ten minutes of load, not after.
 	if err := checkChartData(chartData); err != nil {
