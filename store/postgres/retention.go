@@ -61,8 +61,9 @@ func prunableTasksSQL(lock string) string {
 
 // pruneSQL removes up to $9 prunable tasks of bucket $1, oldest first, with
 // their events, commands, dependency rows and pipeline listings, and each
-// pipeline whose last task goes. It removes nothing unless $2 holds the bucket under epoch $3,
-// unexpired: the lease test is a one-time filter over the whole scan.
+// pipeline whose last task goes. It removes nothing unless $2 holds the
+// bucket under epoch $3, unexpired: the lease test is a one-time filter
+// over the whole scan.
 //
 // It locks only finished rows, and skips those another transaction holds
 // (an operator's, or a concurrent prune's during a hand-over), so it never
