@@ -564,13 +564,24 @@ func TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted(t *testing.T) {
 func TestLimitedClaimPlans(t *testing.T) {
 	t.Run("analyzed", func(t *testing.T) { testLimitedClaimPlan(t, true) })
 	t.Run("not_analyzed", func(t *testing.T) { testLimitedClaimPlan(t, false) })
+	// A node's connection makes the generic plan at its first limited
+	// claim, perhaps on a new table of a page, never analyzed, and keeps
+	// it as the table grows (see advanceSettingSQL).
+	t.Run("tiny_never_analyzed", func(t *testing.T) { testLimitedClaimPlan(t, false, 50) })
 }
 
-func testLimitedClaimPlan(t *testing.T, analyze bool) {
+func testLimitedClaimPlan(t *testing.T, analyze bool, tiny ...int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	fillForPlans(ctx, t, s, analyze)
+	if len(tiny) > 0 {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
+			SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, $1::int) g`, tiny[0]); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		fillForPlans(ctx, t, s, analyze)
+	}
 	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(3, 17), TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

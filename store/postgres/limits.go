@@ -215,11 +215,15 @@ SELECT ` + taskColumns + `, ` + limitColumns + ` FROM claimed`
 // limited claim ranks and orders its candidates, and with sorts priced out
 // the planner walks its candidates in plans that took two seconds on 1,200
 // queued tasks instead of ten milliseconds, past the claim's statement
-// timeout. It also sets the claim's plan mode (see limitedPlanMode) and
-// gives it back sequential scans, which after an advance in the same
-// transaction would otherwise be the advance's (advanceSettingSQL).
+// timeout. It also sets the claim's plan mode (see limitedPlanMode), and
+// sequential scans with it, which after an advance in the same transaction
+// would otherwise be the advance's (advanceSettingSQL): off for a generic
+// plan, which a connection makes once, perhaps on a table of a page never
+// analyzed where a scan of the table is the cheaper plan, and keeps as the
+// table grows; on for a custom plan, made for each claim on the table as
+// it is.
 const claimLimitedSettingSQL = `SELECT set_config('statement_timeout', $1::text, true), set_config('plan_cache_mode', $2::text, true),
-       set_config('enable_seqscan', 'on', true)`
+       set_config('enable_seqscan', CASE WHEN $2::text = 'force_generic_plan' THEN 'off' ELSE 'on' END, true)`
 
 // Bounds of a limited claim planned once and for all (its generic plan):
 // one that asks for at most genericClaimTasks tasks and names at most
