@@ -821,3 +821,89 @@ func TestASubscriptionHearsOfItsOwnStoresTasksWhenTheyCommit(t *testing.T) {
 	default:
 	}
 }
+
+// A step's pause or cancellation is committed by a transaction that held
+// the step's row while the end of its dependency, which releases it, waited
+// for that row. The release re-reads the row it waited for: a step paused
+// meanwhile counts down and stays paused, with no event of the release's
+// (the state it left is told by the state it is in, not read before the
+// wait); a step cancelled meanwhile is not moved at all. Its sibling, which
+// nobody held, is released as usual.
+func TestAStepMovedWhileItsReleaseWaitsIsReleasedAsTheMoveLeftIt(t *testing.T) {
+	for _, c := range []struct{ move, status string }{{"pause", "paused"}, {"cancel", "cancelled"}} {
+		t.Run(c.move, func(t *testing.T) {
+			ctx := testContext(t)
+			s := migrated(t, 8)
+			p, err := s.CreatePipeline(ctx, store.NewPipeline{Name: "fan", Key: "fan", Steps: []task.Step{
+				{Name: "a", Kind: "noop"},
+				{Name: "b", Kind: "noop", DependsOn: []task.Dependency{{Step: "a"}}},
+				{Name: "c", Kind: "noop", DependsOn: []task.Dependency{{Step: "a"}}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := map[string]int64{}
+			for _, st := range p.Steps {
+				ids[st.Name] = st.Task.ID
+			}
+			leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(p.Bucket), TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: 10,
+				Buckets: []store.HeldBucket{{Bucket: p.Bucket, Epoch: leases[0].Epoch}}, LeaseTTL: time.Minute})
+			if err != nil || len(claimed) != 1 || claimed[0].ID != ids["a"] {
+				t.Fatalf("claimed %v, %v; want step a alone", claimed, err)
+			}
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			// The step's move as a pause or a stop of a pending step writes
+			// it, in the transaction that holds the row.
+			if _, err := tx.Exec(ctx, `
+				WITH m AS (
+				    UPDATE flotilla_tasks SET status = $2, status_version = status_version + 1,
+				        finished_at = CASE WHEN $2 = 'cancelled' THEN statement_timestamp() END
+				    WHERE id = $1 RETURNING id, status_version
+				)
+				INSERT INTO flotilla_task_events (task_id, seq, from_status, to_status, at, node, epoch, attempt, reason, error)
+				SELECT id, status_version, 'pending', $2, statement_timestamp(), '', 0, 0, $3, '' FROM m`,
+				ids["b"], c.status, c.move+" requested"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := s.AdvanceActive(ctx, "a", []store.ActiveTransition{{Ref: claimed[0].Ref(), To: task.Succeeded, Node: "n"}})
+				done <- err
+			}()
+			eventuallyWaiting(t, s, 1)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("ending a: %v", err)
+			}
+			got, err := s.GetPipeline(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			statuses := map[string]task.Status{}
+			for _, st := range got.Steps {
+				statuses[st.Name] = st.Task.Status
+			}
+			if statuses["b"] != task.Status(c.status) || statuses["c"] != task.Queued {
+				t.Errorf("after a %s committed while a's end waited: b %s, c %s; want b %s, c queued",
+					c.move, statuses["b"], statuses["c"], c.status)
+			}
+			evs, err := s.TaskEvents(ctx, ids["b"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := evs[len(evs)-1]; len(evs) != 2 || last.From != task.Pending || last.To != task.Status(c.status) {
+				t.Errorf("b's trail %+v; want its creation and its %s alone", evs, c.move)
+			}
+		})
+	}
+}
