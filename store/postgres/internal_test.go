@@ -17,22 +17,52 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-// TestClaimUsesTheClaimIndex checks the claim's plan where it matters: with
-// many finished tasks beside a few queued ones, it must walk the partial
-// claim index, never scan the table; and so it must with statistics that
-// have not seen the queued tasks yet.
+// TestClaimUsesTheClaimIndex checks the plan the claim runs on, its
+// generic one (claimSettingSQL), where it matters: with many finished
+// tasks beside a few queued ones, it must walk the partial claim index,
+// never scan the table; and so it must with statistics that have not seen
+// the queued tasks yet, and when a node's connection made the plan at its
+// first claim on a table of a page or none, never analyzed, and keeps it
+// as the table grows.
 func TestClaimUsesTheClaimIndex(t *testing.T) {
-	t.Run("analyzed", func(t *testing.T) { testClaimPlan(t, true) })
-	t.Run("not_analyzed", func(t *testing.T) { testClaimPlan(t, false) })
+	t.Run("analyzed", func(t *testing.T) {
+		testClaimPlan(t, func(ctx context.Context, s *Store) { fillForPlans(ctx, t, s, true) })
+	})
+	t.Run("not_analyzed", func(t *testing.T) {
+		testClaimPlan(t, func(ctx context.Context, s *Store) { fillForPlans(ctx, t, s, false) })
+	})
+	// Made on a deep backlog, a generic plan guesses that a claim with a
+	// limit it does not know takes a tenth of the claimable rows.
+	t.Run("deep_backlog", func(t *testing.T) {
+		testClaimPlan(t, func(ctx context.Context, s *Store) {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
+				SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, 200000) g`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.pool.Exec(ctx, `ANALYZE flotilla_tasks`); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	for _, rows := range []int{0, 50} {
+		t.Run(fmt.Sprintf("tiny_never_analyzed_%d", rows), func(t *testing.T) {
+			testClaimPlan(t, func(ctx context.Context, s *Store) {
+				if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at)
+					SELECT 'noop', 'k' || g, g % 64, 'queued', now(), 3, now(), now() FROM generate_series(1, $1::int) g`, rows); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }
 
-func testClaimPlan(t *testing.T, analyze bool) {
+func testClaimPlan(t *testing.T, fill func(context.Context, *Store)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
-	fillForPlans(ctx, t, s, analyze)
+	fill(ctx, s)
 
-	for _, held := range []bucket.Set{bucket.All(64), bucket.Of(3, 17)} {
+	for i, held := range []bucket.Set{bucket.All(64), bucket.Of(3, 17)} {
 		leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: held, TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -45,24 +75,44 @@ func testClaimPlan(t *testing.T, analyze bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// As ClaimTasks runs it: in a transaction, under claimSettingSQL.
+		// As ClaimTasks runs it: in a transaction, under claimSettingSQL,
+		// prepared. EXPLAIN of a statement with parameters plans it for
+		// their values; the plan a prepared statement runs on is what
+		// EXPLAIN EXECUTE shows, which takes its arguments as literals.
+		args := []any{h.buckets, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), h.epochByBucket}
+		literals := make([]string, len(args))
+		for i, arg := range args {
+			literals[i] = sqlLiteral(t, arg)
+		}
 		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, claimSettingSQL, "0")
+			if _, err := tx.Exec(ctx, claimSettingSQL, "0"); err != nil {
+				return err
+			}
+			// A name of its own: a prepared statement outlives its
+			// transaction, on a connection the pool hands out again.
+			_, err := tx.Exec(ctx, fmt.Sprintf("PREPARE claim_%d AS %s", i, claimSQL))
 			return err
-		}, claimSQL, h.buckets, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), h.epochByBucket)
+		}, fmt.Sprintf("EXECUTE claim_%d(%s)", i, strings.Join(literals, ", ")))
 		text := strings.Join(plan, "\n")
 		if !strings.Contains(text, "flotilla_tasks_claim_idx") {
 			t.Errorf("holding %s, the claim does not use flotilla_tasks_claim_idx:\n%s", held, text)
 		}
 		// Walking the index in order, it neither reads the finished tasks
-		// nor sorts the claimable ones.
-		if strings.Contains(text, "Seq Scan on flotilla_tasks ") || strings.Contains(text, "Sort") {
-			t.Errorf("holding %s, the claim scans or sorts the tasks:\n%s", held, text)
+		// nor sorts the claimable ones, and it finds the rows it moves by
+		// their ids, not by hashing or merging the table.
+		for _, bad := range []string{"Seq Scan on flotilla_tasks ", "Sort", "Hash", "Merge"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("holding %s, the claim's plan has a %s:\n%s", held, strings.TrimSpace(bad), text)
+			}
 		}
 		// The held range is tested on the index entries, so that rows of
 		// buckets outside it are passed without reading the table.
 		if !indexCondBoundsBucket(plan) {
 			t.Errorf("holding %s, the claim does not bound the bucket in the index condition:\n%s", held, text)
+		}
+		// A generic plan keeps the parameters where a custom one has values.
+		if !strings.Contains(text, "kind = ANY ($3)") {
+			t.Errorf("holding %s, the claim was planned for its values, not once for all:\n%s", held, text)
 		}
 	}
 }

@@ -116,13 +116,15 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	// Prepared statements are cached per connection (pgx's default
 	// QueryExecModeCacheStatement). After five executions PostgreSQL may
 	// switch a prepared statement to a generic plan, chosen without the
-	// parameter values and with the statistics of the moment: a claim
+	// parameter values and with the statistics of the moment: a statement
 	// prepared while the table is empty can get a sorted full scan, and
 	// PostgreSQL keeps using it once the table holds millions of rows. A
-	// custom plan per execution keeps the claim on its partial index, for
-	// about 0.5 ms of planning per hot-path statement (5 µs per task in
-	// batches of 100); it also lets the optional filters of ListTasks
-	// (`$1 IS NULL OR ...`) fold away.
+	// custom plan per execution is the default, and it lets the optional
+	// filters of ListTasks (`$1 IS NULL OR ...`) fold away. The hot path's
+	// statements (the claim, the outcome write, a small limited claim) ask
+	// for their generic plans in their own transactions, under settings
+	// that leave the planner no bad plan to choose, since planning them at
+	// each call cost as much as running them.
 	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	if o.applicationName != "" {
 		cc.RuntimeParams["application_name"] = o.applicationName
