@@ -922,3 +922,38 @@ func TestMigrationEightListsThePipelinesOfAnOlderSchema(t *testing.T) {
 		t.Errorf("steps of a pipeline created at schema 7, read at 8: %q, want extract load", got)
 	}
 }
+
+// TestTheCommandsPlanStaysOnThePrimaryKey: a command runs on the generic
+// plan its connection made at its first command, perhaps on a table of a
+// page or none, never analyzed, and kept as the table grows. Under the
+// command's setting that plan reads the task by its primary key.
+func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	for i, rows := range []int{0, 50, 500} {
+		if rows > 0 {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at)
+				SELECT 'noop', 7, 'running', now(), 3, now(), now() FROM generate_series(1, $1::int) g`, rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, issueSettingSQL); err != nil {
+				return err
+			}
+			// A name of its own: a prepared statement outlives its
+			// transaction, on a connection the pool hands out again.
+			_, err := tx.Exec(ctx, fmt.Sprintf("PREPARE issue_%d AS %s", i, issueSQL))
+			return err
+		}, fmt.Sprintf("EXECUTE issue_%d(1, 'stop', 'r', 'me', 0)", i))
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "Seq Scan on flotilla_tasks") {
+			t.Errorf("a command, planned on a table of %d rows never analyzed, scans the task table:\n%s", rows, text)
+		}
+		// A generic plan keeps the parameters where a custom one has values.
+		if !strings.Contains(text, "id = $1") {
+			t.Errorf("a command on a table of %d rows was planned for its values, not once for all:\n%s", rows, text)
+		}
+	}
+}
