@@ -248,15 +248,25 @@ func resolveSQL(fin string) string {
     SELECT f.* FROM (` + fin + `) f
     WHERE f.pipeline_id IS NOT NULL AND f.status IN ` + terminalStatusesSQL + `
 ), direct AS (
-    SELECT d.task_id AS id, count(*)::int AS n,
-           min(CASE WHEN NOT ` + acceptsSQL("d.on_policy", "f.status") + `
-                    THEN ` + dependencyEndReasonSQL("d.dep_step", "f.status", "d.on_policy") + ` END) AS why,
-           min(f.ev_node) AS ev_node, min(f.epoch) AS epoch
+    -- One step ended (a fan-out's root, a chain's link): each dependent
+    -- depends on it once, so there is nothing to group. One-time filters
+    -- choose the branch; for a statement that ended no pipeline step,
+    -- neither reads a row, whatever plan the planner chose.
+    SELECT d.task_id AS id, 1 AS n,
+           CASE WHEN NOT ` + acceptsSQL("d.on_policy", "f.status") + `
+                THEN ` + dependencyEndReasonSQL("d.dep_step", "f.status", "d.on_policy") + ` END AS why,
+           f.ev_node, f.epoch
     FROM fin f
     JOIN flotilla_task_deps d ON d.dep_id = f.id
-    -- A one-time filter: for a statement that ended no pipeline step,
-    -- neither side of the join is read, whatever plan the planner chose.
-    WHERE EXISTS (SELECT 1 FROM fin)
+    WHERE (SELECT count(*) FROM fin) = 1
+    UNION ALL
+    SELECT d.task_id, count(*)::int,
+           min(CASE WHEN NOT ` + acceptsSQL("d.on_policy", "f.status") + `
+                    THEN ` + dependencyEndReasonSQL("d.dep_step", "f.status", "d.on_policy") + ` END),
+           min(f.ev_node), min(f.epoch)
+    FROM fin f
+    JOIN flotilla_task_deps d ON d.dep_id = f.id
+    WHERE (SELECT count(*) FROM fin) > 1
     GROUP BY d.task_id
 ), doomed(id, why, ev_node, epoch) AS (
     SELECT id, why, ev_node, epoch FROM direct WHERE why IS NOT NULL
@@ -265,10 +275,16 @@ func resolveSQL(fin string) string {
     FROM doomed x
     JOIN flotilla_task_deps d ON d.dep_id = x.id
 ), plan AS (
+    -- Nothing skipped, the common case: the plan is direct, without the
+    -- join below (a one-time filter each), which hashed every dependent.
+    SELECT id, why, n, ev_node, epoch FROM direct
+    WHERE NOT EXISTS (SELECT 1 FROM doomed)
+    UNION ALL
     SELECT coalesce(dm.id, dr.id) AS id, dm.why, coalesce(dr.n, 0) AS n,
            coalesce(dm.ev_node, dr.ev_node) AS ev_node, coalesce(dm.epoch, dr.epoch) AS epoch
     FROM (SELECT id, min(why) AS why, min(ev_node) AS ev_node, min(epoch) AS epoch FROM doomed GROUP BY id) dm
     FULL JOIN direct dr ON dr.id = dm.id
+    WHERE EXISTS (SELECT 1 FROM doomed)
 ), held AS (
     SELECT t.id, t.status
     FROM flotilla_tasks t
