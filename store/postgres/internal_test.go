@@ -81,8 +81,8 @@ func testClaimPlan(t *testing.T, fill func(context.Context, *Store)) {
 		// EXPLAIN EXECUTE shows, which takes its arguments as literals.
 		args := []any{h.buckets, "a", []string{"noop"}, 100, "n", time.Minute.Microseconds(), h.epochByBucket}
 		literals := make([]string, len(args))
-		for i, arg := range args {
-			literals[i] = sqlLiteral(t, arg)
+		for k, arg := range args {
+			literals[k] = sqlLiteral(t, arg)
 		}
 		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, claimSettingSQL, "0"); err != nil {

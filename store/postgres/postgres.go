@@ -121,10 +121,10 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	// PostgreSQL keeps using it once the table holds millions of rows. A
 	// custom plan per execution is the default, and it lets the optional
 	// filters of ListTasks (`$1 IS NULL OR ...`) fold away. The hot path's
-	// statements (the claim, the outcome write, a small limited claim) ask
-	// for their generic plans in their own transactions, under settings
-	// that leave the planner no bad plan to choose, since planning them at
-	// each call cost as much as running them.
+	// statements (the claim, the outcome write, a small limited claim, a
+	// command, a small submission) ask for their generic plans in their own
+	// transactions, under settings that leave the planner no bad plan to
+	// choose, since planning them at each call cost as much as running them.
 	cc.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	if o.applicationName != "" {
 		cc.RuntimeParams["application_name"] = o.applicationName
