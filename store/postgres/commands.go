@@ -124,12 +124,16 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 
 // pendingCommandsSQL starts from the unacknowledged commands (a small
 // partial index) and probes each one's task: the task's owner now, not the
-// one recorded when the command was issued, decides who applies it.
+// one recorded when the command was issued, decides who applies it. The
+// probe is a subquery per command, not a join, so that the planner cannot
+// start from the tasks: from statistics taken while few tasks ran, it
+// walked the active tasks' index once per command, every running task of
+// the fleet at each poll of each node (TestPendingCommandsStartFromTheCommands).
 var pendingCommandsSQL = `
 SELECT c.id, c.task_id, c.kind, c.reason, c.issued_by, c.issued_at, c.owner, c.acked_at, c.acked_by, c.outcome
 FROM flotilla_commands c
-JOIN flotilla_tasks t ON t.id = c.task_id
-WHERE c.acked_at IS NULL AND t.owner = $1 AND t.status IN ` + activeStatusesSQL + `
+WHERE c.acked_at IS NULL
+  AND (SELECT t.owner = $1 AND t.status IN ` + activeStatusesSQL + ` FROM flotilla_tasks t WHERE t.id = c.task_id)
 ORDER BY c.id`
 
 // PendingCommands lists unacknowledged commands for the active tasks that

@@ -957,3 +957,43 @@ func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingCommandsStartFromTheCommands: every node reads its pending
+// commands at each command poll and at each command notification. The
+// read must start from the unacknowledged commands, which are few, and
+// look each one's task up by its primary key: started from the active
+// tasks' index instead, it walked every running task of the fleet (and,
+// until a vacuum, the entries every finished one left there) at each poll
+// of each node, a cost that grew with both.
+func TestPendingCommandsStartFromTheCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	// Statistics taken while nothing ran (20,000 finished tasks), then
+	// 5,000 tasks running under other owners and one command pending: a
+	// fleet busier than when it was last analyzed.
+	for _, sql := range []string{
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
+		`ANALYZE`,
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, owner, lease_expires_at)
+		 SELECT 'noop', 'k' || g, g % 64, 'running', now(), 3, now(), now(), 'node-' || (g % 50), now() + interval '1 minute'
+		 FROM generate_series(1, 5000) g`,
+		`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
+		 SELECT max(id), 'stop', '', 'me', now(), 'node-7' FROM flotilla_tasks`,
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	plan := explainIn(ctx, t, s, func(pgx.Tx) error { return nil }, pendingCommandsSQL, "node-1")
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "Index Scan using flotilla_tasks_pkey") {
+		t.Errorf("pending commands do not look their tasks up by id:\n%s", text)
+	}
+	for _, bad := range []string{"flotilla_tasks_active_idx", "Seq Scan on flotilla_tasks", "Hash"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("reading pending commands walks the tasks (%s):\n%s", bad, text)
+		}
+	}
+}
