@@ -939,7 +939,7 @@ func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
 			}
 		}
 		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, issueSettingSQL); err != nil {
+			if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
 				return err
 			}
 			// A name of its own: a prepared statement outlives its

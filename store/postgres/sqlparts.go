@@ -147,6 +147,12 @@ func resumeDestinationSQL(want string) string {
       THEN 'pending' ELSE ` + want + ` END)`
 }
 
+// genericPlanSQL has the next statements of its transaction run on their
+// generic plans, made once per connection, for statements whose plan no
+// statistics can make wrong and whose planning at each call cost as much as
+// running them (the connections' default is force_custom_plan: see New).
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // movedAllowedSQL says whether the move from old to dest, requested as want,
 // may be made: the table allows it ($from and $to are the table's pairs,
 // allowedFrom and allowedTo), or it is a stop-wins redirect.
