@@ -997,3 +997,80 @@ func TestPendingCommandsStartFromTheCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending: the outcome write
+// acknowledges the pending commands of the tasks it ends (ackLeftSQL).
+// With no command pending, as is usual, it must not look each task up
+// among the commands; with one pending, it must (the contract's command
+// cases check what it then acknowledges).
+func TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: bucket.Of(1), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks = 20
+	nts := make([]store.NewTask, tasks)
+	for i := range nts {
+		nts[i] = store.NewTask{Kind: "noop", Key: "k", Bucket: 1}
+	}
+	if _, err := s.CreateTasks(ctx, nts); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "a", Node: "n", Kinds: []string{"noop"}, Limit: tasks,
+		LeaseTTL: time.Minute, Buckets: []store.HeldBucket{{Bucket: 1, Epoch: leases[0].Epoch}}})
+	if err != nil || len(claimed) != tasks {
+		t.Fatalf("claimed %d tasks (%v), want %d", len(claimed), err, tasks)
+	}
+	// The lookup of each task moved among the pending commands: its plan
+	// line, and whether it ran, under EXPLAIN ANALYZE of the write as
+	// AdvanceActive sends it, rolled back.
+	lookup := func() (line string) {
+		t.Helper()
+		n := len(claimed)
+		ids, seqs, delays := make([]int64, n), make([]int64, n), make([]int64, n)
+		wants, texts, nodes := make([]string, n), make([]string, n), make([]string, n)
+		jsons := make([]*string, n)
+		for i, c := range claimed {
+			ids[i], seqs[i], wants[i], nodes[i] = c.ID, c.ClaimSeq, string(task.Succeeded), "n"
+		}
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, advanceSettingSQL); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, lockTasksSQL, ids); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+advanceSQL,
+			"a", ids, seqs, wants, texts, texts, jsons, jsons, delays, nodes, allowedFrom, allowedTo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range plan {
+			if strings.Contains(l, "on flotilla_commands cmd") && !strings.Contains(l, "Update on") {
+				return l
+			}
+		}
+		t.Fatalf("no lookup of the pending commands in the outcome write's plan:\n%s", strings.Join(plan, "\n"))
+		return ""
+	}
+	if line := lookup(); !strings.Contains(line, "never executed") {
+		t.Errorf("with no command pending, the outcome write of %d tasks still looked each up among the commands:\n%s", tasks, line)
+	}
+	if _, err := s.IssueCommand(ctx, store.NewCommand{TaskID: claimed[tasks-1].ID, Kind: store.CommandStop, IssuedBy: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	if line := lookup(); !strings.Contains(line, fmt.Sprintf("loops=%d)", tasks)) {
+		t.Errorf("with a stop pending, the outcome write did not look each of its %d tasks up among the commands:\n%s", tasks, line)
+	}
+}
