@@ -246,3 +246,103 @@ func benchClaim(b *testing.B, s *postgres.Store) {
 	}
 	b.ReportMetric(float64(after.Since(before).Nanoseconds())/1000/float64(b.N), "server-cpu-us/claim")
 }
+
+// BenchmarkPipelineOutcomes measures, statement by statement, what a
+// pipeline adds to the outcome writes of its steps, beside plain tasks in
+// one bucket (a pipeline's placement):
+//
+//   - release: the write that ends a fan-out's root and so releases its b.N
+//     dependents, in ms per write;
+//   - fan-in and plain: the outcome writes of b.N tasks, in batches of 100
+//     claimed ones, in µs per task: a fan-in's dependencies (each batch also
+//     counts the fan-in down), and plain tasks.
+//
+// Only the outcome writes are timed; the claims between them are not.
+//
+//	go test -run='^$' -bench=PipelineOutcomes -benchtime=10000x ./store/postgres/
+func BenchmarkPipelineOutcomes(b *testing.B) {
+	for _, shape := range []string{"release", "fan-in", "plain"} {
+		b.Run(shape, func(b *testing.B) {
+			ctx := context.Background()
+			s := migrated(b, bucket.DefaultCount)
+			p, err := s.CreatePipeline(ctx, fanOutFanIn(b.N))
+			if err != nil {
+				b.Fatal(err)
+			}
+			bk := p.Bucket
+			leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "bench", Node: "bench", Buckets: bucket.Of(bk), TTL: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			held := []store.HeldBucket{{Bucket: bk, Epoch: leases[0].Epoch}}
+			claim := func(kind string) []store.ActiveTransition {
+				claimed, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "bench", Node: "bench", Buckets: held,
+					Kinds: []string{kind}, Limit: benchBatch, LeaseTTL: time.Hour})
+				if err != nil {
+					b.Fatal(err)
+				}
+				batch := make([]store.ActiveTransition, len(claimed))
+				for i, t := range claimed {
+					batch[i] = store.ActiveTransition{Ref: t.Ref(), To: task.Succeeded, Node: "bench"}
+				}
+				return batch
+			}
+			var spent time.Duration
+			advance := func(batch []store.ActiveTransition) {
+				start := time.Now()
+				out, err := s.AdvanceActive(ctx, "bench", batch)
+				spent += time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, o := range out {
+					if o.Err != nil || o.Status != task.Succeeded {
+						b.Fatalf("outcome %+v", o)
+					}
+				}
+			}
+			b.ResetTimer()
+			switch shape {
+			case "release":
+				advance(claim("root"))
+				b.ReportMetric(float64(spent.Microseconds())/1000, "ms/write")
+				return
+			case "plain":
+				nts := make([]store.NewTask, b.N)
+				for i := range nts {
+					nts[i] = store.NewTask{Kind: "plain", Key: "fan", Bucket: bk}
+				}
+				if _, err := s.CreateTasks(ctx, nts); err != nil {
+					b.Fatal(err)
+				}
+			default:
+				spent = 0
+				advance(claim("root"))
+				spent = 0
+			}
+			kind := map[string]string{"plain": "plain", "fan-in": "step"}[shape]
+			for done := 0; done < b.N; {
+				batch := claim(kind)
+				if len(batch) == 0 {
+					b.Fatalf("%d of %d tasks done and nothing to claim", done, b.N)
+				}
+				advance(batch)
+				done += len(batch)
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/1000/float64(b.N), "us/task")
+		})
+	}
+}
+
+// fanOutFanIn is a pipeline of a root, n steps that depend on it and a
+// fan-in that depends on all of them.
+func fanOutFanIn(n int) store.NewPipeline {
+	steps := []task.Step{{Name: "root", Kind: "root"}}
+	in := task.Step{Name: "in", Kind: "in"}
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		steps = append(steps, task.Step{Name: name, Kind: "step", DependsOn: []task.Dependency{{Step: "root"}}})
+		in.DependsOn = append(in.DependsOn, task.Dependency{Step: name})
+	}
+	return store.NewPipeline{Name: "fan", Key: "fan", Steps: append(steps, in)}
+}
