@@ -126,6 +126,13 @@ func (s *Store) IssueCommand(ctx context.Context, c store.NewCommand) (store.Com
 // start from the tasks: from statistics taken while few tasks ran, it
 // walked the active tasks' index once per command, every running task of
 // the fleet at each poll of each node (TestPendingCommandsStartFromTheCommands).
+//
+// Every node reads its pending commands once a second, and planning the
+// read cost 0.39 ms, several times running it (nearly always on an empty
+// index): a sixth of what an idle fleet of 64 nodes cost the database. So
+// it runs on its generic plan, which starts from the pending commands'
+// index and probes each task by its primary key whatever the tables held
+// when the connection made it (the same test).
 var pendingCommandsSQL = `
 SELECT c.id, c.task_id, c.kind, c.reason, c.issued_by, c.issued_at, c.owner, c.acked_at, c.acked_by, c.outcome
 FROM flotilla_commands c
@@ -136,20 +143,18 @@ ORDER BY c.id`
 // PendingCommands lists unacknowledged commands for the active tasks that
 // owner holds, oldest first.
 func (s *Store) PendingCommands(ctx context.Context, owner string) ([]store.Command, error) {
-	rows, err := s.pool.Query(ctx, pendingCommandsSQL, owner)
-	if err != nil {
-		return nil, wrap(err, "pending commands of %s", owner)
-	}
-	defer rows.Close()
 	var out []store.Command
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return nil, wrap(err, "pending commands of %s", owner)
+	err := s.readOnItsPlan(ctx, genericPlanSQL, pendingCommandsSQL, []any{owner}, func(rows pgx.Rows) error {
+		for rows.Next() {
+			c, err := scanCommand(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
 		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, wrap(err, "pending commands of %s", owner)
 	}
 	return out, nil

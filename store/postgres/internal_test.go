@@ -44,6 +44,18 @@ func TestClaimUsesTheClaimIndex(t *testing.T) {
 			}
 		})
 	})
+	// A node of a large fleet holds a few of its buckets.
+	t.Run("1024_buckets", func(t *testing.T) {
+		ranges := []bucket.Set{}
+		for _, r := range []string{"0-15", "512-527"} {
+			set, err := bucket.ParseSet(r, 1024)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ranges = append(ranges, set)
+		}
+		testClaimPlanOver(t, 1024, ranges, func(ctx context.Context, s *Store) { fillForPlans(ctx, t, s, true) })
+	})
 	for _, rows := range []int{0, 50} {
 		t.Run(fmt.Sprintf("tiny_never_analyzed_%d", rows), func(t *testing.T) {
 			testClaimPlan(t, func(ctx context.Context, s *Store) {
@@ -57,12 +69,25 @@ func TestClaimUsesTheClaimIndex(t *testing.T) {
 }
 
 func testClaimPlan(t *testing.T, fill func(context.Context, *Store)) {
+	testClaimPlanOver(t, 64, []bucket.Set{bucket.All(64), bucket.Of(3, 17)}, fill)
+}
+
+// testClaimPlanOver is testClaimPlan on a fleet of numBuckets, claiming in
+// each of the held sets in turn.
+func testClaimPlanOver(t *testing.T, numBuckets int, sets []bucket.Set, fill func(context.Context, *Store)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := migratedStore(ctx, t)
+	s, err := New(ctx, testdb.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(ctx, numBuckets); err != nil {
+		t.Fatal(err)
+	}
 	fill(ctx, s)
 
-	for i, held := range []bucket.Set{bucket.All(64), bucket.Of(3, 17)} {
+	for i, held := range sets {
 		leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: held, TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -104,6 +129,12 @@ func testClaimPlan(t *testing.T, fill func(context.Context, *Store)) {
 			if strings.Contains(text, bad) {
 				t.Errorf("holding %s, the claim's plan has a %s:\n%s", held, strings.TrimSpace(bad), text)
 			}
+		}
+		// The held leases are read by their buckets: a scan of the lease
+		// table reads every bucket of the fleet (1,024 rows for a node
+		// holding 16 of them), at each claim of each node.
+		if !strings.Contains(text, "flotilla_bucket_leases_pkey") || strings.Contains(text, "Seq Scan on flotilla_bucket_leases") {
+			t.Errorf("holding %s, the claim does not read the held leases by their buckets:\n%s", held, text)
 		}
 		// The held range is tested on the index entries, so that rows of
 		// buckets outside it are passed without reading the table.
@@ -361,6 +392,22 @@ func explainIn(ctx context.Context, t *testing.T, s *Store, set func(pgx.Tx) err
 		t.Fatal(err)
 	}
 	return plan
+}
+
+// explainPrepared returns the plan a connection makes once for sql and
+// keeps: sql prepared under name in a transaction that ran setting first,
+// then EXPLAIN EXECUTE with args, the arguments' literals in parentheses.
+// The name must be one of its own: a prepared statement outlives its
+// transaction, on a connection the pool hands out again.
+func explainPrepared(ctx context.Context, t *testing.T, s *Store, setting, name, sql, args string) []string {
+	t.Helper()
+	return explainIn(ctx, t, s, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, setting); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "PREPARE "+name+" AS "+sql)
+		return err
+	}, "EXECUTE "+name+args)
 }
 
 // TestARefusedCommandLeavesNothingAndKeepsItsConnection: a stop refused
@@ -773,6 +820,42 @@ func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
 	}
 }
 
+// TestTheProbeForTasksThatNeedResourcesReadsTheirIndex: before it writes
+// why tasks that need resources wait, a node asks whether any does
+// (needResourcesSQL), on the generic plan its connection makes once. The
+// plan must read the index that holds only those tasks whatever the table
+// held when it was made: analyzed with a deep backlog that needs nothing,
+// or a page or none never analyzed, that then grows.
+func TestTheProbeForTasksThatNeedResourcesReadsTheirIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	check := func(t *testing.T, s *Store, name string) {
+		t.Helper()
+		plan := explainPrepared(ctx, t, s, needResourcesSettingSQL, name, needResourcesSQL, "('{7, 9}')")
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "Seq Scan") || !strings.Contains(text, "flotilla_tasks_resources_waiting_idx") {
+			t.Errorf("the probe for tasks that need resources does not read their index:\n%s", text)
+		}
+	}
+	t.Run("analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		queueAndAnalyze(ctx, t, s, 20000, "")
+		queueAndAnalyze(ctx, t, s, 5, `{"gpu": 1}`)
+		check(t, s, "analyzed")
+	})
+	t.Run("never_analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		for i, rows := range []int{0, 50, 500} {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, resources)
+				SELECT 'noop', 7, 'queued', now(), 3, now(), now(), CASE WHEN g % 10 = 0 THEN '{"gpu": 1}'::jsonb END
+				FROM generate_series(1, $1::int) g`, rows); err != nil {
+				t.Fatal(err)
+			}
+			check(t, s, fmt.Sprintf("tiny_%d", i))
+		}
+	})
+}
+
 // The reason writer never waits for a row another transaction has locked
 // (a claim or an outcome write in flight): it writes the other rows, leaves
 // that one to its next send, and so never holds up the lock's holder
@@ -938,15 +1021,7 @@ func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, genericPlanSQL); err != nil {
-				return err
-			}
-			// A name of its own: a prepared statement outlives its
-			// transaction, on a connection the pool hands out again.
-			_, err := tx.Exec(ctx, fmt.Sprintf("PREPARE issue_%d AS %s", i, issueSQL))
-			return err
-		}, fmt.Sprintf("EXECUTE issue_%d(1, 'stop', 'r', 'me', 0)", i))
+		plan := explainPrepared(ctx, t, s, genericPlanSQL, fmt.Sprintf("issue_%d", i), issueSQL, "(1, 'stop', 'r', 'me', 0)")
 		text := strings.Join(plan, "\n")
 		if strings.Contains(text, "Seq Scan on flotilla_tasks") {
 			t.Errorf("a command, planned on a table of %d rows never analyzed, scans the task table:\n%s", rows, text)
@@ -964,38 +1039,67 @@ func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
 // look each one's task up by its primary key: started from the active
 // tasks' index instead, it walked every running task of the fleet (and,
 // until a vacuum, the entries every finished one left there) at each poll
-// of each node, a cost that grew with both.
+// of each node, a cost that grew with both. The read runs on its generic
+// plan, made once per connection, so the plan must be right whatever the
+// tables held when it was made: a fleet busier than when it was last
+// analyzed, and tables of a page or none, never analyzed, that then grow.
 func TestPendingCommandsStartFromTheCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := migratedStore(ctx, t)
-	// Statistics taken while nothing ran (20,000 finished tasks), then
-	// 5,000 tasks running under other owners and one command pending: a
-	// fleet busier than when it was last analyzed.
-	for _, sql := range []string{
-		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
-		 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
-		`ANALYZE`,
-		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, owner, lease_expires_at)
-		 SELECT 'noop', 'k' || g, g % 64, 'running', now(), 3, now(), now(), 'node-' || (g % 50), now() + interval '1 minute'
-		 FROM generate_series(1, 5000) g`,
-		`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
-		 SELECT max(id), 'stop', '', 'me', now(), 'node-7' FROM flotilla_tasks`,
-	} {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
+	check := func(t *testing.T, s *Store, name string) {
+		t.Helper()
+		plan := explainPrepared(ctx, t, s, genericPlanSQL, name, pendingCommandsSQL, "('node-1')")
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "Index Scan using flotilla_tasks_pkey") {
+			t.Errorf("pending commands do not look their tasks up by id:\n%s", text)
+		}
+		if !strings.Contains(text, "flotilla_commands_pending_idx") {
+			t.Errorf("pending commands are not read from their index:\n%s", text)
+		}
+		for _, bad := range []string{"flotilla_tasks_active_idx", "Seq Scan", "Hash"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("reading pending commands walks the tasks or the commands (%s):\n%s", bad, text)
+			}
 		}
 	}
-	plan := explainIn(ctx, t, s, func(pgx.Tx) error { return nil }, pendingCommandsSQL, "node-1")
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "Index Scan using flotilla_tasks_pkey") {
-		t.Errorf("pending commands do not look their tasks up by id:\n%s", text)
-	}
-	for _, bad := range []string{"flotilla_tasks_active_idx", "Seq Scan on flotilla_tasks", "Hash"} {
-		if strings.Contains(text, bad) {
-			t.Errorf("reading pending commands walks the tasks (%s):\n%s", bad, text)
+	t.Run("busier_than_analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		// Statistics taken while nothing ran (20,000 finished tasks), then
+		// 5,000 tasks running under other owners and one command pending.
+		for _, sql := range []string{
+			`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at)
+			 SELECT 'noop', 'k' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() FROM generate_series(1, 20000) g`,
+			`ANALYZE`,
+			`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, owner, lease_expires_at)
+			 SELECT 'noop', 'k' || g, g % 64, 'running', now(), 3, now(), now(), 'node-' || (g % 50), now() + interval '1 minute'
+			 FROM generate_series(1, 5000) g`,
+			`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner)
+			 SELECT max(id), 'stop', '', 'me', now(), 'node-7' FROM flotilla_tasks`,
+		} {
+			if _, err := s.pool.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
 		}
-	}
+		check(t, s, "busy")
+	})
+	t.Run("never_analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		for i, rows := range []int{0, 50, 500} {
+			if rows > 0 {
+				for _, sql := range []string{
+					`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, owner)
+					 SELECT 'noop', 7, 'running', now(), 3, now(), now(), 'node-1' FROM generate_series(1, $1::int) g`,
+					`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner, acked_at)
+					 SELECT id, 'stop', '', 'me', now(), 'node-1', now() FROM flotilla_tasks ORDER BY id DESC LIMIT $1::int`,
+				} {
+					if _, err := s.pool.Exec(ctx, sql, rows); err != nil {
+						t.Fatalf("%s: %v", sql, err)
+					}
+				}
+			}
+			check(t, s, fmt.Sprintf("tiny_%d", i))
+		}
+	})
 }
 
 // TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending: the outcome write
@@ -1073,4 +1177,50 @@ func TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending(t *testing.T) {
 	if line := lookup(); !strings.Contains(line, fmt.Sprintf("loops=%d)", tasks)) {
 		t.Errorf("with a stop pending, the outcome write did not look each of its %d tasks up among the commands:\n%s", tasks, line)
 	}
+}
+
+// TestTheScheduleLoopsReadsStayOnTheDueIndex: every node's schedule loop
+// reads the next tick and the due schedules of its buckets every few
+// seconds, on the generic plans its connection makes once. The plans must
+// read the due index whatever the schedule table held when they were made:
+// many schedules analyzed, or a page or none never analyzed, that then grows.
+func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addSchedules := func(t *testing.T, s *Store, n int) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_schedules (name, spec, kind, bucket, next_fire_at, created_at, updated_at)
+			SELECT 's' || g || '-' || $1::int, '@every 1m', 'noop', g % 64, now() + g * interval '1 second', now(), now()
+			FROM generate_series(1, $1::int) g`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, s *Store, name string) {
+		t.Helper()
+		for i, read := range []struct{ sql, args string }{
+			{nextScheduleFireSQL, "('{3, 17}')"},
+			{dueSchedulesSQL, "('{3, 17}', 500)"},
+		} {
+			plan := explainPrepared(ctx, t, s, scheduleReadSettingSQL, fmt.Sprintf("%s_%d", name, i), read.sql, read.args)
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "Seq Scan") || !strings.Contains(text, "flotilla_schedules_due_idx") {
+				t.Errorf("a read of the schedule loop does not use the due index:\n%s\n%s", read.sql, text)
+			}
+		}
+	}
+	t.Run("analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		addSchedules(t, s, 10000)
+		if _, err := s.pool.Exec(ctx, `ANALYZE flotilla_schedules`); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s, "analyzed")
+	})
+	t.Run("never_analyzed", func(t *testing.T) {
+		s := migratedStore(ctx, t)
+		for i, rows := range []int{0, 50, 500} {
+			addSchedules(t, s, rows)
+			check(t, s, fmt.Sprintf("tiny_%d", i))
+		}
+	})
 }

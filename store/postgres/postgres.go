@@ -252,3 +252,20 @@ func (s *Store) batchedTx(ctx context.Context, fn func(conn *pgx.Conn) error) er
 	}
 	return err
 }
+
+// readOnItsPlan runs one read in a transaction of its own under setting,
+// which asks for the read's generic plan (genericPlanSQL, or one that also
+// turns scans off), sent with its BEGIN and COMMIT in one round trip; read
+// consumes the rows. Each such read is one a node sends on a timer, which
+// planning afresh at each call cost more than running, and each has a
+// test of the plan its connection makes once.
+func (s *Store) readOnItsPlan(ctx context.Context, setting, sql string, args []any, read func(pgx.Rows) error) error {
+	return s.batchedTx(ctx, func(conn *pgx.Conn) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(setting)
+		b.Queue(sql, args...).Query(read)
+		b.Queue("COMMIT")
+		return conn.SendBatch(ctx, b).Close()
+	})
+}
