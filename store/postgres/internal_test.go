@@ -1224,3 +1224,47 @@ func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
 		}
 	})
 }
+
+// TestALeaseRenewalReadsOnlyItsBuckets: every node renews its bucket leases
+// at each heartbeat (acquireSQL, on the lease pool). In a fleet of 1,024
+// buckets, a node holding 16 must read those 16 leases by their key, never
+// the whole lease table, or the renewals' cost grows with the fleet.
+func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := New(ctx, testdb.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(ctx, 1024); err != nil {
+		t.Fatal(err)
+	}
+	held, err := bucket.ParseSet("16-31", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "a", Node: "n", Buckets: held, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// As AcquireBuckets runs it: on the lease pool, under its setting, on
+	// a custom plan.
+	var plan []string
+	err = pgx.BeginFunc(ctx, s.leases, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, acquireSettingSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN "+acquireSQL, bucketArray(held), "a", "n", time.Minute.Microseconds())
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
+		t.Errorf("renewing 16 leases of 1,024 reads the lease table whole:\n%s", text)
+	}
+}

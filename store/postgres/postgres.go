@@ -237,7 +237,12 @@ var errClosed = errors.New("the store is closed")
 // transaction fn leaves open, by an error or with nothing to write, is
 // rolled back here, so that the connection goes back to the pool clean.
 func (s *Store) batchedTx(ctx context.Context, fn func(conn *pgx.Conn) error) error {
-	conn, err := s.pool.Acquire(ctx)
+	return batchedTxOn(ctx, s.pool, fn)
+}
+
+// batchedTxOn is batchedTx on a connection of pool.
+func batchedTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(conn *pgx.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return wrap(err, "begin a transaction")
 	}
