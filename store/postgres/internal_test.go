@@ -77,14 +77,7 @@ func testClaimPlan(t *testing.T, fill func(context.Context, *Store)) {
 func testClaimPlanOver(t *testing.T, numBuckets int, sets []bucket.Set, fill func(context.Context, *Store)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := New(ctx, testdb.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	if _, err := s.Migrate(ctx, numBuckets); err != nil {
-		t.Fatal(err)
-	}
+	s := migratedFleet(ctx, t, numBuckets)
 	fill(ctx, s)
 
 	for i, held := range sets {
@@ -361,12 +354,18 @@ func queueAndAnalyze(ctx context.Context, t *testing.T, s *Store, n int, resourc
 // closed when the test ends.
 func migratedStore(ctx context.Context, t *testing.T, opts ...Option) *Store {
 	t.Helper()
+	return migratedFleet(ctx, t, 64, opts...)
+}
+
+// migratedFleet is migratedStore with numBuckets buckets.
+func migratedFleet(ctx context.Context, t *testing.T, numBuckets int, opts ...Option) *Store {
+	t.Helper()
 	s, err := New(ctx, testdb.New(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if _, err := s.Migrate(ctx, 64); err != nil {
+	if _, err := s.Migrate(ctx, numBuckets); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -1232,14 +1231,7 @@ func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
 func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := New(ctx, testdb.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	if _, err := s.Migrate(ctx, 1024); err != nil {
-		t.Fatal(err)
-	}
+	s := migratedFleet(ctx, t, 1024)
 	held, err := bucket.ParseSet("16-31", 1024)
 	if err != nil {
 		t.Fatal(err)
