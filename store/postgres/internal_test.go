@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
@@ -1258,5 +1259,22 @@ func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
 	}
 	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
 		t.Errorf("renewing 16 leases of 1,024 reads the lease table whole:\n%s", text)
+	}
+}
+
+// TestConnectionsRunWithoutJIT: the store's connections, of both pools,
+// never compile a statement (see New).
+func TestConnectionsRunWithoutJIT(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	for name, pool := range map[string]*pgxpool.Pool{"main": s.pool, "lease": s.leases} {
+		var jit string
+		if err := pool.QueryRow(ctx, `SHOW jit`).Scan(&jit); err != nil {
+			t.Fatal(err)
+		}
+		if jit != "off" {
+			t.Errorf("the %s pool's connections run with jit %s, want off", name, jit)
+		}
 	}
 }
