@@ -76,17 +76,11 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 		out     []store.BucketLease
 		missing []int
 	)
-	err = batchedTxOn(ctx, s.leases, func(conn *pgx.Conn) error {
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		b.Queue(acquireSettingSQL)
-		b.Queue(acquireSQL, bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL)).Query(func(rows pgx.Rows) error {
-			var err error
-			out, missing, err = scanLeases(rows)
-			return err
-		})
-		b.Queue("COMMIT")
-		return conn.SendBatch(ctx, b).Close()
+	args := []any{bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL)}
+	err = settledTxOn(ctx, s.leases, acquireSettingSQL, acquireSQL, args, func(rows pgx.Rows) error {
+		var err error
+		out, missing, err = scanLeases(rows)
+		return err
 	})
 	if err != nil {
 		return nil, wrap(err, "acquire buckets %s", req.Buckets)

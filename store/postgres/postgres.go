@@ -273,7 +273,14 @@ func batchedTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(conn *pgx.Conn
 // planning afresh at each call cost more than running, and each has a
 // test of the plan its connection makes once.
 func (s *Store) readOnItsPlan(ctx context.Context, setting, sql string, args []any, read func(pgx.Rows) error) error {
-	return s.batchedTx(ctx, func(conn *pgx.Conn) error {
+	return settledTxOn(ctx, s.pool, setting, sql, args, read)
+}
+
+// settledTxOn runs one statement in a transaction of its own on a
+// connection of pool, after setting (its plan settings), sent with its
+// BEGIN and COMMIT in one round trip; read consumes its rows.
+func settledTxOn(ctx context.Context, pool *pgxpool.Pool, setting, sql string, args []any, read func(pgx.Rows) error) error {
+	return batchedTxOn(ctx, pool, func(conn *pgx.Conn) error {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		b.Queue(setting)
