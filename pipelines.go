@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/store"
-	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -54,14 +51,23 @@ func (c *Client) SubmitPipeline(ctx context.Context, r PipelineRequest, opts ...
 }
 
 // SubmitPipelineTx creates a pipeline inside the caller's transaction: it
-// exists, and nodes hear of it, only if tx commits. It needs a PostgreSQL
-// store, and does not check that the steps will be served.
-func (c *Client) SubmitPipelineTx(ctx context.Context, tx pgx.Tx, r PipelineRequest) (store.Pipeline, error) {
-	pg, ok := c.store.(*postgres.Store)
+// exists, and nodes hear of its first steps, only if tx commits. tx is the
+// store's own kind of transaction, as for SubmitTx: a pgx.Tx on the
+// PostgreSQL store's database, or a *sql.Tx on the SQLite store's file;
+// another kind is refused with store.ErrInvalid. Invalid steps are refused
+// as SubmitPipeline refuses them, with nothing written. It does not check
+// that the steps will be served, since the caller's transaction decides
+// when they exist.
+func (c *Client) SubmitPipelineTx(ctx context.Context, tx any, r PipelineRequest) (store.Pipeline, error) {
+	txs, ok := c.store.(store.TxCreator)
 	if !ok {
-		return store.Pipeline{}, fmt.Errorf("SubmitPipelineTx needs the PostgreSQL store, not %T", c.store)
+		return store.Pipeline{}, fmt.Errorf("%w: SubmitPipelineTx needs a store that creates pipelines in the caller's "+
+			"transaction (PostgreSQL or SQLite), not %T", store.ErrInvalid, c.store)
 	}
-	return pg.CreatePipelineTx(ctx, tx, store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps})
+	if _, err := store.CheckSteps(r.Steps, nil, nil); err != nil {
+		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", r.Name, err)
+	}
+	return txs.CreatePipelineInTx(ctx, tx, store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps})
 }
 
 // GetPipeline reads a pipeline with the current task of each step.

@@ -35,14 +35,7 @@ func onEveryStore(t *testing.T, test func(t *testing.T, b *pipelineBundle)) {
 	t.Run("memory", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t.Cleanup(cancel)
-		s := memory.New()
-		if _, err := s.Migrate(ctx, 0); err != nil {
-			t.Fatal(err)
-		}
-		c, err := flotilla.NewClient(ctx, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, c := memoryClient(t, ctx)
 		test(t, newPipelineBundle(t, ctx, s, c))
 	})
 	t.Run("sqlite", func(t *testing.T) {
@@ -53,6 +46,20 @@ func onEveryStore(t *testing.T, test func(t *testing.T, b *pipelineBundle)) {
 		b := setup(t)
 		test(t, newPipelineBundle(t, b.ctx, b.store, b.client))
 	})
+}
+
+// memoryClient is a migrated memory store and a client on it.
+func memoryClient(t *testing.T, ctx context.Context) (*memory.Store, *flotilla.Client) {
+	t.Helper()
+	s := memory.New()
+	if _, err := s.Migrate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := flotilla.NewClient(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
 }
 
 // newPipelineBundle starts a node holding every bucket with two kinds:
@@ -287,5 +294,103 @@ func TestAPausedPipelineReleasesNothingWhenARunningStepFinishes(t *testing.T) {
 			t.Errorf("resume acted %q, want %q", got, want)
 		}
 		b.waitFor(t, p.ID, "a=succeeded b=succeeded")
+	})
+}
+
+// TestSubmitPipelineTxFollowsTheCallersTransaction submits a pipeline in
+// the caller's transaction on each store that has one: a rollback leaves
+// nothing, an invalid pipeline is refused before anything is written, and
+// a commit creates the pipeline and announces its first step (no node runs
+// yet, so nothing else announces anything); a node started then runs it to
+// its end.
+func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
+	type opened struct {
+		tx       any
+		commit   func() error
+		rollback func() error
+	}
+	run := func(t *testing.T, ctx context.Context, s store.Store, c *flotilla.Client, begin func() opened) {
+		sub, err := s.(store.Notifier).Listen(ctx, store.TopicTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		chain := []task.Step{pstep("a", "work"), pstep("b", "work", "a")}
+
+		tx := begin()
+		if _, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "undone", Key: "undone", Steps: chain}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.rollback(); err != nil {
+			t.Fatal(err)
+		}
+
+		tx = begin()
+		cycle := []task.Step{pstep("a", "work", "b"), pstep("b", "work", "a")}
+		if _, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "cycle", Steps: cycle}); !errors.Is(err, store.ErrInvalid) ||
+			!strings.Contains(err.Error(), "cycle") {
+			t.Errorf("a pipeline with a cycle: %v, want store.ErrInvalid naming the cycle", err)
+		}
+		if err := tx.commit(); err != nil {
+			t.Fatalf("committing the caller's transaction after a refused pipeline: %v", err)
+		}
+		if list, err := c.List(ctx, store.TaskFilter{}); err != nil || len(list) != 0 {
+			t.Fatalf("after a rollback and a refusal: %d tasks (%v), want none", len(list), err)
+		}
+
+		tx = begin()
+		p, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "done", Key: "done", Steps: chain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.commit(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case n := <-sub.C():
+			if n.Payload != bucketString(p.Bucket) {
+				t.Errorf("notification %+v, want the committed pipeline's bucket %d", n, p.Bucket)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no notification of the committed pipeline")
+		}
+		b := newPipelineBundle(t, ctx, s, c)
+		b.waitFor(t, p.ID, "a=succeeded b=succeeded")
+		if list, err := c.List(ctx, store.TaskFilter{}); err != nil || len(list) != 2 {
+			t.Errorf("after the commit: %d tasks (%v), want the committed pipeline's 2", len(list), err)
+		}
+
+		if _, err := c.SubmitPipelineTx(ctx, "not a tx", flotilla.PipelineRequest{Name: "x", Steps: chain}); !errors.Is(err, store.ErrInvalid) ||
+			!strings.Contains(err.Error(), "string") {
+			t.Errorf("SubmitPipelineTx with a string for a transaction: %v, want store.ErrInvalid naming its type", err)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		ctx, s, c, db := sqliteClient(t)
+		run(t, ctx, s, c, func() opened {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return opened{tx: tx, commit: tx.Commit, rollback: tx.Rollback}
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pb := setup(t)
+		run(t, pb.ctx, pb.store, pb.client, func() opened {
+			tx, err := pb.store.Pool().Begin(pb.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return opened{tx: tx, commit: func() error { return tx.Commit(pb.ctx) }, rollback: func() error { return tx.Rollback(pb.ctx) }}
+		})
+	})
+	t.Run("memory", func(t *testing.T) {
+		ctx := context.Background()
+		_, c := memoryClient(t, ctx)
+		_, err := c.SubmitPipelineTx(ctx, nil, flotilla.PipelineRequest{Name: "x", Steps: []task.Step{pstep("a", "work")}})
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SubmitPipelineTx on the memory store: %v, want store.ErrInvalid", err)
+		}
 	})
 }

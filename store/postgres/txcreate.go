@@ -21,3 +21,13 @@ func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTa
 	}
 	return s.CreateTasksTx(ctx, ptx, tasks)
 }
+
+// CreatePipelineInTx is CreatePipelineTx behind the store-neutral seam: tx
+// must be a pgx.Tx on this store's database.
+func (s *Store) CreatePipelineInTx(ctx context.Context, tx any, np store.NewPipeline) (store.Pipeline, error) {
+	ptx, ok := tx.(pgx.Tx)
+	if !ok {
+		return store.Pipeline{}, fmt.Errorf("%w: the PostgreSQL store creates pipelines in a pgx.Tx, not a %T", store.ErrInvalid, tx)
+	}
+	return s.CreatePipelineTx(ctx, ptx, np)
+}

@@ -48,52 +48,91 @@ func readPipelineHead(ctx context.Context, q querier, id int64) (pipelineHead, e
 
 // CreatePipeline creates a pipeline and its steps in one write.
 func (s *Store) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pipeline, error) {
-	if np.Name == "" {
-		return store.Pipeline{}, fmt.Errorf("a pipeline needs a name: %w", store.ErrInvalid)
-	}
-	steps, err := store.CheckSteps(np.Steps, nil, nil)
-	if err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
-	}
-	if err := checkStepPayloads(steps); err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
-	}
-	n, err := s.fleetSize(ctx)
-	if err != nil {
-		return store.Pipeline{}, err
-	}
-	policy, err := bucket.NewPolicy(n)
+	steps, policy, err := s.checkPipeline(ctx, np)
 	if err != nil {
 		return store.Pipeline{}, err
 	}
 	var out store.Pipeline
 	err = s.write(ctx, func(tx *wtx) error {
-		h := pipelineHead{name: np.Name, key: np.Key, createdAt: tx.now}
-		// The default key names the pipeline's id, which the insert
-		// hands out: the row is written first and keyed after, under the
-		// same write lock.
-		if err := tx.queryRow(`INSERT INTO flotilla_pipelines (name, key, bucket, created_at) VALUES (?, '', 0, ?) RETURNING id`,
-			h.name, tx.now.UnixMicro()).Scan(&h.id); err != nil {
-			return wrap(err, "create pipeline %q", np.Name)
-		}
-		if h.key == "" {
-			h.key = np.Name + "-" + strconv.FormatInt(h.id, 10)
-		}
-		h.bucket = policy.Of(h.key)
-		if _, err := tx.exec(`UPDATE flotilla_pipelines SET key = ?, bucket = ? WHERE id = ?`, h.key, h.bucket, h.id); err != nil {
-			return wrap(err, "create pipeline %q", np.Name)
-		}
-		if err := createSteps(tx, h, steps, nil, nil, moveDetails{}); err != nil {
-			return err
-		}
 		var err error
-		out, err = loadPipeline(tx.ctx, tx.conn, h)
+		out, err = createPipeline(tx, np, steps, policy)
 		return err
 	})
 	if err != nil {
 		return store.Pipeline{}, requireSchema(err)
 	}
 	return out, nil
+}
+
+// CreatePipelineInTx is CreatePipeline inside the caller's transaction:
+// tx must be a *sql.Tx on this store's file (see CreateTasksInTx). The
+// pipeline exists, and nodes hear of its first steps, only if tx commits.
+func (s *Store) CreatePipelineInTx(ctx context.Context, tx any, np store.NewPipeline) (store.Pipeline, error) {
+	stx, err := callersTx(tx, "pipelines")
+	if err != nil {
+		return store.Pipeline{}, err
+	}
+	steps, policy, err := s.checkPipeline(ctx, np)
+	if err != nil {
+		return store.Pipeline{}, err
+	}
+	var out store.Pipeline
+	err = s.inCallersTx(ctx, stx, func(w *wtx) error {
+		var err error
+		out, err = createPipeline(w, np, steps, policy)
+		return err
+	})
+	if err != nil {
+		return store.Pipeline{}, requireSchema(err)
+	}
+	return out, nil
+}
+
+// checkPipeline validates a new pipeline before anything is written, and
+// returns its steps in creation order with the fleet's bucket policy.
+func (s *Store) checkPipeline(ctx context.Context, np store.NewPipeline) ([]task.Step, bucket.Policy, error) {
+	if np.Name == "" {
+		return nil, bucket.Policy{}, fmt.Errorf("a pipeline needs a name: %w", store.ErrInvalid)
+	}
+	steps, err := store.CheckSteps(np.Steps, nil, nil)
+	if err != nil {
+		return nil, bucket.Policy{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
+	}
+	if err := checkStepPayloads(steps); err != nil {
+		return nil, bucket.Policy{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
+	}
+	n, err := s.fleetSize(ctx)
+	if err != nil {
+		return nil, bucket.Policy{}, err
+	}
+	policy, err := bucket.NewPolicy(n)
+	if err != nil {
+		return nil, bucket.Policy{}, err
+	}
+	return steps, policy, nil
+}
+
+// createPipeline writes a checked pipeline and its steps in tx.
+func createPipeline(tx *wtx, np store.NewPipeline, steps []task.Step, policy bucket.Policy) (store.Pipeline, error) {
+	h := pipelineHead{name: np.Name, key: np.Key, createdAt: tx.now}
+	// The default key names the pipeline's id, which the insert hands
+	// out: the row is written first and keyed after, under the same write
+	// lock.
+	if err := tx.queryRow(`INSERT INTO flotilla_pipelines (name, key, bucket, created_at) VALUES (?, '', 0, ?) RETURNING id`,
+		h.name, tx.now.UnixMicro()).Scan(&h.id); err != nil {
+		return store.Pipeline{}, wrap(err, "create pipeline %q", np.Name)
+	}
+	if h.key == "" {
+		h.key = np.Name + "-" + strconv.FormatInt(h.id, 10)
+	}
+	h.bucket = policy.Of(h.key)
+	if _, err := tx.exec(`UPDATE flotilla_pipelines SET key = ?, bucket = ? WHERE id = ?`, h.key, h.bucket, h.id); err != nil {
+		return store.Pipeline{}, wrap(err, "create pipeline %q", np.Name)
+	}
+	if err := createSteps(tx, h, steps, nil, nil, moveDetails{}); err != nil {
+		return store.Pipeline{}, err
+	}
+	return loadPipeline(tx.ctx, tx.conn, h)
 }
 
 // checkStepPayloads refuses a step whose payload is not JSON, as the other

@@ -26,9 +26,9 @@ const txOrigin = "tx"
 // announcement of the tasks is written to the outbox in tx, so that
 // listeners hear of them when, and only if, it commits.
 func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTask) ([]*task.Task, error) {
-	stx, ok := tx.(*sql.Tx)
-	if !ok {
-		return nil, fmt.Errorf("%w: the SQLite store creates tasks in a *sql.Tx on its file, not a %T", store.ErrInvalid, tx)
+	stx, err := callersTx(tx, "tasks")
+	if err != nil {
+		return nil, err
 	}
 	if len(tasks) == 0 {
 		return nil, nil
@@ -40,25 +40,59 @@ func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTa
 	if err := store.CheckNewTasks(tasks, n); err != nil {
 		return nil, err
 	}
+	var out []*task.Task
+	err = s.inCallersTx(ctx, stx, func(w *wtx) error {
+		var err error
+		out, err = insertTasks(w, tasks, false)
+		return err
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	return out, nil
+}
+
+// inCallersTx runs fn in the caller's transaction stx, as the writer runs
+// an op in its own: on the transaction's clock, with the op's audit events
+// and dependency counts written when fn returns, and its announcements
+// written to the outbox in stx, so that listeners hear of them when, and
+// only if, it commits. A transaction on another file is refused.
+func (s *Store) inCallersTx(ctx context.Context, stx *sql.Tx, fn func(w *wtx) error) error {
 	if err := s.sameFile(ctx, stx); err != nil {
-		return nil, err
+		return err
 	}
 	w := &wtx{conn: stx, ctx: ctx}
 	var us int64
 	if err := w.queryRow(`SELECT ` + nowSQL).Scan(&us); err != nil {
-		return nil, wrap(err, "read the clock")
+		return wrap(err, "read the clock")
 	}
 	w.now = time.UnixMicro(us).UTC()
-	out, err := insertTasks(w, tasks, false)
-	if err != nil {
-		return nil, requireSchema(err)
+	if err := fn(w); err != nil {
+		return err
+	}
+	if err := w.flushDeps(); err != nil {
+		return err
+	}
+	if err := w.flushEvents(); err != nil {
+		return err
 	}
 	for _, note := range w.notes {
 		if _, err := w.exec(insertNotificationSQL, string(note.Topic), note.Payload, txOrigin, w.now.UnixMicro()); err != nil {
-			return nil, wrap(err, "write the outbox")
+			return wrap(err, "write the outbox")
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// callersTx is tx as the SQLite store's kind of transaction, or the
+// refusal that names what tx is and what it should be; what names what the
+// caller creates.
+func callersTx(tx any, what string) (*sql.Tx, error) {
+	stx, ok := tx.(*sql.Tx)
+	if !ok {
+		return nil, fmt.Errorf("%w: the SQLite store creates %s in a *sql.Tx on its file, not a %T", store.ErrInvalid, what, tx)
+	}
+	return stx, nil
 }
 
 // sameFile refuses a transaction on another database file than the store's.
