@@ -659,15 +659,29 @@ func (s *Store) SaveProgress(ctx context.Context, owner string, ref task.Ref, pr
 
 // expiredSQL lists active tasks of the given buckets whose task lease has
 // expired, or that were claimed under an epoch older than the caller's. It
-// reads the active-rows index of each bucket.
+// probes the active-rows index once per bucket: the lateral subquery names
+// its bucket, and its LIMIT keeps the planner from flattening it into a
+// join, which, planned for a table it believed small, hashed the whole
+// index, every running task of the fleet (see expiredSettingSQL).
 var expiredSQL = `
 SELECT ` + taskColumnsOf("t") + `
 FROM unnest($1::int[], $2::bigint[]) AS h(bucket, epoch)
-JOIN flotilla_tasks t ON t.bucket = h.bucket
-WHERE t.status IN ` + activeStatusesSQL + `
-  AND (t.lease_expires_at <= statement_timestamp() OR t.epoch < h.epoch)
+CROSS JOIN LATERAL (
+    SELECT * FROM flotilla_tasks
+    WHERE bucket = h.bucket
+      AND status IN ` + activeStatusesSQL + `
+      AND (lease_expires_at <= statement_timestamp() OR epoch < h.epoch)
+    LIMIT $3
+) t
 ORDER BY t.id
 LIMIT $3`
+
+// expiredSettingSQL has expiredSQL, which every node sends at each
+// acquisition and every ReconcileInterval, run on its generic plan: one
+// probe of the active-rows index per held bucket, whatever the table held
+// when a connection made it (TestTheExpiredTasksReadProbesEachHeldBucket;
+// the lateral form needs no scan turned off for it).
+const expiredSettingSQL = genericPlanSQL
 
 // ExpiredTasks lists active tasks in the given buckets whose task lease has
 // expired by the database clock or whose epoch is older than the one named.
@@ -688,11 +702,12 @@ func (s *Store) ExpiredTasks(ctx context.Context, buckets []store.HeldBucket, li
 			epochs = append(epochs, h.Epoch)
 		}
 	}
-	rows, err := s.pool.Query(ctx, expiredSQL, nums, epochs, limit)
-	if err != nil {
-		return nil, wrap(err, "list expired tasks")
-	}
-	out, err := scanTasks(rows)
+	var out []*task.Task
+	err := s.readOnItsPlan(ctx, expiredSettingSQL, expiredSQL, []any{nums, epochs, limit}, func(rows pgx.Rows) error {
+		var err error
+		out, err = scanTasks(rows)
+		return err
+	})
 	if err != nil {
 		return nil, wrap(err, "list expired tasks")
 	}

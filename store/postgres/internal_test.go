@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -1277,4 +1278,55 @@ func TestConnectionsRunWithoutJIT(t *testing.T) {
 			t.Errorf("the %s pool's connections run with jit %s, want off", name, jit)
 		}
 	}
+}
+
+// TestTheExpiredTasksReadProbesEachHeldBucket: every node looks for expired
+// task leases in the buckets it holds (expiredSQL) at each acquisition and
+// every ReconcileInterval. In a fleet of 1,024 buckets a node holding 16
+// must read the active-rows index of those 16, one probe per bucket, never
+// the whole index: that holds every running task of the fleet (and, until
+// a vacuum, an entry for each that has finished since), so reading it whole
+// made each node's pass cost what the whole fleet runs. The plan is checked
+// on analyzed tables and on tables of 0, 50 and 500 rows never analyzed.
+func TestTheExpiredTasksReadProbesEachHeldBucket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addRunning := func(t *testing.T, s *Store, n int) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks
+			(kind, bucket, status, run_at, max_attempts, created_at, updated_at, owner, node, epoch, lease_expires_at, claim_seq, attempt)
+			SELECT 'noop', g % 1024, 'running', now(), 3, now(), now(), 'o' || (g % 64), 'n', 1, now() + interval '1 minute', 1, 1
+			FROM generate_series(1, $1::int) g`, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buckets, epochs []string
+	for b := 16; b < 32; b++ {
+		buckets = append(buckets, strconv.Itoa(b))
+		epochs = append(epochs, "1")
+	}
+	args := "('{" + strings.Join(buckets, ",") + "}', '{" + strings.Join(epochs, ",") + "}', 100)"
+	check := func(t *testing.T, s *Store, name string) {
+		t.Helper()
+		text := strings.Join(explainPrepared(ctx, t, s, expiredSettingSQL, name, expiredSQL, args), "\n")
+		if strings.Contains(text, "Seq Scan on flotilla_tasks") || !strings.Contains(text, "flotilla_tasks_active_idx") ||
+			!strings.Contains(text, "Index Cond: (bucket = h.bucket)") {
+			t.Errorf("the read of expired tasks does not probe the active-rows index of each held bucket:\n%s", text)
+		}
+	}
+	t.Run("analyzed", func(t *testing.T) {
+		s := migratedFleet(ctx, t, 1024)
+		addRunning(t, s, 20000)
+		if _, err := s.pool.Exec(ctx, `ANALYZE flotilla_tasks`); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s, "analyzed")
+	})
+	t.Run("never_analyzed", func(t *testing.T) {
+		s := migratedFleet(ctx, t, 1024)
+		for i, rows := range []int{0, 50, 500} {
+			addRunning(t, s, rows)
+			check(t, s, fmt.Sprintf("tiny_%d", i))
+		}
+	})
 }
