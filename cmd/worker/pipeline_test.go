@@ -126,3 +126,97 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 		t.Errorf("after the stop: %s", got)
 	}
 }
+
+// TestPipelineGetDrawsATreeAndRetryRunsAStepAgain: `pipeline get` draws
+// each step under the steps it depends on, a step with several dependencies
+// in full under the first and named again under the others, with the
+// policy of a dependency that is not "success"; `pipeline retry` refuses a
+// step that has not ended and an unknown one, and after a stop runs the
+// step again with its descendants, as new tasks (try 2), drawing the tree.
+func TestPipelineGetDrawsATreeAndRetryRunsAStepAgain(t *testing.T) {
+	withoutDSNEnv(t)
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "fleet.db")
+	if _, stderr, code := runWorker(t, "migrate", "--dsn", dsn); code != exitOK {
+		t.Fatal(stderr)
+	}
+	file := filepath.Join(t.TempDir(), "diamond.json")
+	body := `{"name": "diamond", "key": "tenant-7", "tasks": [{"name": "fetch", "kind": "noop"},
+		{"name": "left", "kind": "noop", "depends_on": ["fetch"]},
+		{"name": "right", "kind": "noop", "depends_on": ["fetch"]},
+		{"name": "join", "kind": "noop", "depends_on": ["left", "right"]},
+		{"name": "tidy", "kind": "noop", "depends_on": ["join"], "on": "any"}]}`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runWorker(t, "pipeline", "submit", file, "--allow-unowned", "--json", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatal(stderr)
+	}
+	var p pipelineJSON
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(p.ID, 10)
+	taskOf := map[string]string{}
+	for _, s := range p.Tasks {
+		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
+	}
+	tree := func(status, fetch, others, try string) []string {
+		return []string{
+			"pipeline " + id + " diamond  key tenant-7  bucket " + strconv.Itoa(p.Bucket) + "  " + status,
+			"└─ fetch  " + fetch + "  task " + taskOf["fetch"] + "  attempts 0" + try,
+			"   ├─ left  " + others + "  task " + taskOf["left"] + "  attempts 0" + try,
+			"   │  └─ join  " + others + "  task " + taskOf["join"] + "  attempts 0" + try,
+			"   │     └─ [on any] tidy  " + others + "  task " + taskOf["tidy"] + "  attempts 0" + try,
+			"   └─ right  " + others + "  task " + taskOf["right"] + "  attempts 0" + try,
+			"      └─ join (see above)",
+		}
+	}
+	lines := func(args ...string) []string {
+		t.Helper()
+		stdout, stderr, code := runWorker(t, append(args, "--dsn", dsn)...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		return strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	}
+	if got, want := lines("pipeline", "get", id), tree("running", "queued", "pending", ""); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("pipeline get drew\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	for _, tc := range []struct {
+		from string
+		code int
+		want string
+	}{
+		{"fetch", exitRefused, `step "fetch" is queued`},
+		{"nope", exitNotFound, `no step "nope"`},
+	} {
+		_, stderr, code := runWorker(t, "pipeline", "retry", id, "--from", tc.from, "--dsn", dsn)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("retry --from %s: exit %d, %q; want exit %d naming %q", tc.from, code, stderr, tc.code, tc.want)
+		}
+	}
+
+	lines("pipeline", "stop", id)
+	old := map[string]string{}
+	for k, v := range taskOf {
+		old[k] = v
+	}
+	stdout, stderr, code = runWorker(t, "pipeline", "retry", id, "--from", "fetch", "--json", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatal(stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Tasks {
+		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
+		if taskOf[s.Name] == old[s.Name] {
+			t.Errorf("after the retry, step %s is still task %s; want a new task", s.Name, old[s.Name])
+		}
+	}
+	if got, want := lines("pipeline", "get", id), tree("running", "queued", "pending", "  (try 2)"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("pipeline get after the retry drew\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
