@@ -63,25 +63,8 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 	if _, stderr, code := runWorker(t, "migrate", "--dsn", dsn); code != exitOK {
 		t.Fatal(stderr)
 	}
-	file := filepath.Join(t.TempDir(), "p.json")
-	body := `{"name": "ops", "tasks": [{"name": "a", "kind": "noop"},
-		{"name": "b", "kind": "noop", "depends_on": ["a"]}, {"name": "c", "kind": "noop", "depends_on": ["b"]}]}`
-	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stdout, stderr, code := runWorker(t, "pipeline", "submit", file, "--allow-unowned", "--json", "--dsn", dsn)
-	if code != exitOK {
-		t.Fatal(stderr)
-	}
-	var p pipelineJSON
-	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
-		t.Fatal(err)
-	}
-	id := strconv.FormatInt(p.ID, 10)
-	taskOf := map[string]string{}
-	for _, s := range p.Tasks {
-		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
-	}
+	p, id, taskOf := submitPipelineFile(t, dsn, `{"name": "ops", "tasks": [{"name": "a", "kind": "noop"},
+		{"name": "b", "kind": "noop", "depends_on": ["a"]}, {"name": "c", "kind": "noop", "depends_on": ["b"]}]}`)
 	expect := func(args []string, want ...string) {
 		t.Helper()
 		stdout, stderr, code := runWorker(t, append(args, "--dsn", dsn)...)
@@ -96,7 +79,7 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 		"a: task "+taskOf["a"]+": paused (was queued)",
 		"b: task "+taskOf["b"]+": paused (was pending)",
 		"c: task "+taskOf["c"]+": paused (was pending)")
-	stdout, stderr, code = runWorker(t, "pipeline", "resume", id, "--json", "--dsn", dsn)
+	stdout, stderr, code := runWorker(t, "pipeline", "resume", id, "--json", "--dsn", dsn)
 	if code != exitOK {
 		t.Fatal(stderr)
 	}
@@ -139,28 +122,11 @@ func TestPipelineGetDrawsATreeAndRetryRunsAStepAgain(t *testing.T) {
 	if _, stderr, code := runWorker(t, "migrate", "--dsn", dsn); code != exitOK {
 		t.Fatal(stderr)
 	}
-	file := filepath.Join(t.TempDir(), "diamond.json")
-	body := `{"name": "diamond", "key": "tenant-7", "tasks": [{"name": "fetch", "kind": "noop"},
+	p, id, taskOf := submitPipelineFile(t, dsn, `{"name": "diamond", "key": "tenant-7", "tasks": [{"name": "fetch", "kind": "noop"},
 		{"name": "left", "kind": "noop", "depends_on": ["fetch"]},
 		{"name": "right", "kind": "noop", "depends_on": ["fetch"]},
 		{"name": "join", "kind": "noop", "depends_on": ["left", "right"]},
-		{"name": "tidy", "kind": "noop", "depends_on": ["join"], "on": "any"}]}`
-	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stdout, stderr, code := runWorker(t, "pipeline", "submit", file, "--allow-unowned", "--json", "--dsn", dsn)
-	if code != exitOK {
-		t.Fatal(stderr)
-	}
-	var p pipelineJSON
-	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
-		t.Fatal(err)
-	}
-	id := strconv.FormatInt(p.ID, 10)
-	taskOf := map[string]string{}
-	for _, s := range p.Tasks {
-		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
-	}
+		{"name": "tidy", "kind": "noop", "depends_on": ["join"], "on": "any"}]}`)
 	tree := func(status, fetch, others, try string) []string {
 		return []string{
 			"pipeline " + id + " diamond  key tenant-7  bucket " + strconv.Itoa(p.Bucket) + "  " + status,
@@ -203,7 +169,7 @@ func TestPipelineGetDrawsATreeAndRetryRunsAStepAgain(t *testing.T) {
 	for k, v := range taskOf {
 		old[k] = v
 	}
-	stdout, stderr, code = runWorker(t, "pipeline", "retry", id, "--from", "fetch", "--json", "--dsn", dsn)
+	stdout, stderr, code := runWorker(t, "pipeline", "retry", id, "--from", "fetch", "--json", "--dsn", dsn)
 	if code != exitOK {
 		t.Fatal(stderr)
 	}
@@ -219,4 +185,27 @@ func TestPipelineGetDrawsATreeAndRetryRunsAStepAgain(t *testing.T) {
 	if got, want := lines("pipeline", "get", id), tree("running", "queued", "pending", "  (try 2)"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("pipeline get after the retry drew\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// submitPipelineFile submits the pipeline file body with `worker pipeline
+// submit --json` and answers what it printed, the pipeline's id as an
+// argument, and each step's task id by name.
+func submitPipelineFile(t *testing.T, dsn, body string) (p pipelineJSON, id string, taskOf map[string]string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "pipeline.json")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runWorker(t, "pipeline", "submit", file, "--allow-unowned", "--json", "--dsn", dsn)
+	if code != exitOK {
+		t.Fatal(stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	taskOf = map[string]string{}
+	for _, s := range p.Tasks {
+		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
+	}
+	return p, strconv.FormatInt(p.ID, 10), taskOf
 }

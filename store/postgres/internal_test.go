@@ -411,6 +411,29 @@ func explainPrepared(ctx context.Context, t *testing.T, s *Store, setting, name,
 	}, "EXECUTE "+name+args)
 }
 
+// planWhileTablesGrow checks a plan the way a connection makes it on a
+// young fleet: on tables never analyzed, as add grows them to 0, 50 and
+// then 500 more rows, check sees the plan made at each size.
+func planWhileTablesGrow(t *testing.T, s *Store, add func(t *testing.T, s *Store, rows int), check func(t *testing.T, s *Store, name string)) {
+	t.Helper()
+	for i, rows := range []int{0, 50, 500} {
+		add(t, s, rows)
+		check(t, s, fmt.Sprintf("tiny_%d", i))
+	}
+}
+
+// planAfterAnalyze checks a plan made on table analyzed after add filled it
+// with rows.
+func planAfterAnalyze(ctx context.Context, t *testing.T, s *Store, table string, rows int,
+	add func(t *testing.T, s *Store, rows int), check func(t *testing.T, s *Store, name string)) {
+	t.Helper()
+	add(t, s, rows)
+	if _, err := s.pool.Exec(ctx, `ANALYZE `+table); err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, "analyzed")
+}
+
 // TestARefusedCommandLeavesNothingAndKeepsItsConnection: a stop refused
 // by issueSQL (the task is queued, not active) writes nothing, releases the
 // task's row lock, and leaves its connection in the pool, not closed. And a
@@ -845,15 +868,13 @@ func TestTheProbeForTasksThatNeedResourcesReadsTheirIndex(t *testing.T) {
 		check(t, s, "analyzed")
 	})
 	t.Run("never_analyzed", func(t *testing.T) {
-		s := migratedStore(ctx, t)
-		for i, rows := range []int{0, 50, 500} {
+		planWhileTablesGrow(t, migratedStore(ctx, t), func(t *testing.T, s *Store, rows int) {
 			if _, err := s.pool.Exec(ctx, `INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, resources)
 				SELECT 'noop', 7, 'queued', now(), 3, now(), now(), CASE WHEN g % 10 = 0 THEN '{"gpu": 1}'::jsonb END
 				FROM generate_series(1, $1::int) g`, rows); err != nil {
 				t.Fatal(err)
 			}
-			check(t, s, fmt.Sprintf("tiny_%d", i))
-		}
+		}, check)
 	})
 }
 
@@ -1084,22 +1105,21 @@ func TestPendingCommandsStartFromTheCommands(t *testing.T) {
 		check(t, s, "busy")
 	})
 	t.Run("never_analyzed", func(t *testing.T) {
-		s := migratedStore(ctx, t)
-		for i, rows := range []int{0, 50, 500} {
-			if rows > 0 {
-				for _, sql := range []string{
-					`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, owner)
-					 SELECT 'noop', 7, 'running', now(), 3, now(), now(), 'node-1' FROM generate_series(1, $1::int) g`,
-					`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner, acked_at)
-					 SELECT id, 'stop', '', 'me', now(), 'node-1', now() FROM flotilla_tasks ORDER BY id DESC LIMIT $1::int`,
-				} {
-					if _, err := s.pool.Exec(ctx, sql, rows); err != nil {
-						t.Fatalf("%s: %v", sql, err)
-					}
+		planWhileTablesGrow(t, migratedStore(ctx, t), func(t *testing.T, s *Store, rows int) {
+			if rows == 0 {
+				return
+			}
+			for _, sql := range []string{
+				`INSERT INTO flotilla_tasks (kind, bucket, status, run_at, max_attempts, created_at, updated_at, owner)
+				 SELECT 'noop', 7, 'running', now(), 3, now(), now(), 'node-1' FROM generate_series(1, $1::int) g`,
+				`INSERT INTO flotilla_commands (task_id, kind, reason, issued_by, issued_at, owner, acked_at)
+				 SELECT id, 'stop', '', 'me', now(), 'node-1', now() FROM flotilla_tasks ORDER BY id DESC LIMIT $1::int`,
+			} {
+				if _, err := s.pool.Exec(ctx, sql, rows); err != nil {
+					t.Fatalf("%s: %v", sql, err)
 				}
 			}
-			check(t, s, fmt.Sprintf("tiny_%d", i))
-		}
+		}, check)
 	})
 }
 
@@ -1210,19 +1230,10 @@ func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
 		}
 	}
 	t.Run("analyzed", func(t *testing.T) {
-		s := migratedStore(ctx, t)
-		addSchedules(t, s, 10000)
-		if _, err := s.pool.Exec(ctx, `ANALYZE flotilla_schedules`); err != nil {
-			t.Fatal(err)
-		}
-		check(t, s, "analyzed")
+		planAfterAnalyze(ctx, t, migratedStore(ctx, t), "flotilla_schedules", 10000, addSchedules, check)
 	})
 	t.Run("never_analyzed", func(t *testing.T) {
-		s := migratedStore(ctx, t)
-		for i, rows := range []int{0, 50, 500} {
-			addSchedules(t, s, rows)
-			check(t, s, fmt.Sprintf("tiny_%d", i))
-		}
+		planWhileTablesGrow(t, migratedStore(ctx, t), addSchedules, check)
 	})
 }
 
@@ -1315,18 +1326,9 @@ func TestTheExpiredTasksReadProbesEachHeldBucket(t *testing.T) {
 		}
 	}
 	t.Run("analyzed", func(t *testing.T) {
-		s := migratedFleet(ctx, t, 1024)
-		addRunning(t, s, 20000)
-		if _, err := s.pool.Exec(ctx, `ANALYZE flotilla_tasks`); err != nil {
-			t.Fatal(err)
-		}
-		check(t, s, "analyzed")
+		planAfterAnalyze(ctx, t, migratedFleet(ctx, t, 1024), "flotilla_tasks", 20000, addRunning, check)
 	})
 	t.Run("never_analyzed", func(t *testing.T) {
-		s := migratedFleet(ctx, t, 1024)
-		for i, rows := range []int{0, 50, 500} {
-			addRunning(t, s, rows)
-			check(t, s, fmt.Sprintf("tiny_%d", i))
-		}
+		planWhileTablesGrow(t, migratedFleet(ctx, t, 1024), addRunning, check)
 	})
 }

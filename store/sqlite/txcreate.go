@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -52,36 +51,14 @@ func (s *Store) CreateTasksInTx(ctx context.Context, tx any, tasks []store.NewTa
 	return out, nil
 }
 
-// inCallersTx runs fn in the caller's transaction stx, as the writer runs
-// an op in its own: on the transaction's clock, with the op's audit events
-// and dependency counts written when fn returns, and its announcements
-// written to the outbox in stx, so that listeners hear of them when, and
-// only if, it commits. A transaction on another file is refused.
+// inCallersTx runs fn in the caller's transaction stx as the writer runs
+// an op in its own (wtx.run), its announcements marked txOrigin. A
+// transaction on another file is refused.
 func (s *Store) inCallersTx(ctx context.Context, stx *sql.Tx, fn func(w *wtx) error) error {
 	if err := s.sameFile(ctx, stx); err != nil {
 		return err
 	}
-	w := &wtx{conn: stx, ctx: ctx}
-	var us int64
-	if err := w.queryRow(`SELECT ` + nowSQL).Scan(&us); err != nil {
-		return wrap(err, "read the clock")
-	}
-	w.now = time.UnixMicro(us).UTC()
-	if err := fn(w); err != nil {
-		return err
-	}
-	if err := w.flushDeps(); err != nil {
-		return err
-	}
-	if err := w.flushEvents(); err != nil {
-		return err
-	}
-	for _, note := range w.notes {
-		if _, err := w.exec(insertNotificationSQL, string(note.Topic), note.Payload, txOrigin, w.now.UnixMicro()); err != nil {
-			return wrap(err, "write the outbox")
-		}
-	}
-	return nil
+	return (&wtx{conn: stx, ctx: ctx}).run(fn, txOrigin)
 }
 
 // callersTx is tx as the SQLite store's kind of transaction, or the

@@ -305,28 +305,7 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 	if _, err := tx.exec(`SAVEPOINT op`); err != nil {
 		return wrap(err, "savepoint")
 	}
-	var us int64
-	err := tx.queryRow(`SELECT ` + nowSQL).Scan(&us)
-	tx.now = time.UnixMicro(us).UTC()
-	if err != nil {
-		err = wrap(err, "read the clock")
-	} else {
-		err = o.fn(tx)
-	}
-	if err == nil {
-		err = tx.flushDeps()
-	}
-	if err == nil {
-		err = tx.flushEvents()
-	}
-	if err == nil {
-		for _, n := range tx.notes {
-			if _, err = tx.exec(insertNotificationSQL, string(n.Topic), n.Payload, w.s.origin, tx.now.UnixMicro()); err != nil {
-				err = wrap(err, "write the outbox")
-				break
-			}
-		}
-	}
+	err := tx.run(o.fn, w.s.origin)
 	if err != nil {
 		if _, rerr := tx.exec(`ROLLBACK TO op`); rerr != nil {
 			return fmt.Errorf("%w; and undoing it: %w", err, translate(rerr))
@@ -336,6 +315,34 @@ func (w *writer) runOne(tx *wtx, o *op) error {
 		return wrap(rerr, "release savepoint")
 	}
 	return err
+}
+
+// run runs fn as one op in tx, the writer's transaction or a caller's: on
+// the database clock, read first; then the op's dependency counts and
+// audit events, written once each; then its announcements, written to the
+// outbox under origin, so that listeners hear of them when, and only if,
+// the transaction commits.
+func (tx *wtx) run(fn func(tx *wtx) error, origin string) error {
+	var us int64
+	if err := tx.queryRow(`SELECT ` + nowSQL).Scan(&us); err != nil {
+		return wrap(err, "read the clock")
+	}
+	tx.now = time.UnixMicro(us).UTC()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.flushDeps(); err != nil {
+		return err
+	}
+	if err := tx.flushEvents(); err != nil {
+		return err
+	}
+	for _, n := range tx.notes {
+		if _, err := tx.exec(insertNotificationSQL, string(n.Topic), n.Payload, origin, tx.now.UnixMicro()); err != nil {
+			return wrap(err, "write the outbox")
+		}
+	}
+	return nil
 }
 
 // flushDeps writes the counts of dependencies left that the op's
