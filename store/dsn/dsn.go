@@ -150,6 +150,34 @@ func (t Target) Open(ctx context.Context) (store.Store, error) {
 	return nil, fmt.Errorf("%w: no database named", store.ErrInvalid)
 }
 
+// OpenReadOnly opens the store for a reader that writes nothing: on SQLite
+// the file is opened read-only and never created (a missing one is a
+// *sqlite.NoFileError, which matches store.ErrSchema); on PostgreSQL it is
+// Open. It does not migrate.
+func (t Target) OpenReadOnly(ctx context.Context) (store.Store, error) {
+	if t.Kind == SQLite {
+		return sqlite.New(ctx, t.Path, sqlite.ReadOnly())
+	}
+	return t.Open(ctx)
+}
+
+// Exists reports whether the database is there to open, without creating
+// it: on SQLite whether the file exists; PostgreSQL answers when connected,
+// so it is taken to exist.
+func (t Target) Exists() (bool, error) {
+	if t.Kind != SQLite {
+		return true, nil
+	}
+	_, err := os.Stat(t.Path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("SQLite file %s: %w", t.Path, err)
+}
+
 // Open parses s and opens its store.
 func Open(ctx context.Context, s string) (store.Store, error) {
 	t, err := Parse(s)

@@ -25,16 +25,44 @@
 // can change until the commit; they are the same rules as the other
 // stores' (destination, fencing, commands answered by the move).
 //
+// Every caller hears the truth about its write. An op whose caller gives
+// up (its context ends) before the op has run to its end is undone, back to
+// its savepoint, so that a caller told "context deadline exceeded" wrote
+// nothing: a claim given up on never leaves a task running for nobody. An
+// op that has run to its end is sealed, and its caller waits for the
+// batch's commit, however late, and hears how it went. When SQLite rolls
+// the whole transaction back itself (a full disk, an I/O error, an
+// interrupted write), every op sealed in it is told that it failed, and the
+// ops not yet run go on in a transaction of their own; a commit hook
+// refuses any commit but the writer's own, so that no statement run after
+// such a rollback commits alone. The statements that end an op or a batch
+// run on no deadline: a batch that outlived its time still ends, and never
+// leaves the connection inside a transaction holding the file's lock.
+//
 // The busy timeout (DefaultBusyTimeout) is a backstop for writers of other
 // processes on the same file: a write that cannot get the lock in time
 // fails with store.ErrBusy, a renewal answers every attempt busy, and a
 // node whose writes keep failing past its local lease deadline behaves as a
 // partitioned node does: it stops claiming, and its late writes are fenced.
+// The writer waits for the lock a slice at a time, and between slices
+// answers store.ErrBusy at once to the ops that may not wait (a
+// Transition with NoWait, reconcile's): they never wait for another
+// process's lock, as on PostgreSQL they never wait for a locked row.
 //
 // # Reads
 //
 // Reads use a separate pool of query_only connections, each reading the
-// last committed state.
+// last committed state. A handle opened ReadOnly has that pool alone: it
+// opens the file read-only (mode=ro), never creates it, sets nothing on it,
+// and reads a file this user may only read; see ReadOnly.
+//
+// # Files
+//
+// The path named is the file opened: it is escaped for SQLite's URI, which
+// would decode %XX. The store creates the file readable by its owner alone
+// (FileMode, 0600), and SQLite gives the -wal and -shm files the database
+// file's mode; ReadableByOthers names the files of an older database that
+// other users may read.
 //
 // # Notifications
 //

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,6 +38,9 @@ const (
 // ErrClosed is returned by every method after Close.
 var ErrClosed = errors.New("sqlite store: closed")
 
+// ErrReadOnly is returned by every write of a store opened ReadOnly.
+var ErrReadOnly = errors.New("sqlite store: opened read-only, it writes nothing")
+
 var (
 	_ store.Store    = (*Store)(nil)
 	_ store.Notifier = (*Store)(nil)
@@ -47,9 +52,9 @@ type Store struct {
 	path   string
 	origin string // names this handle's rows in the outbox
 
-	wdb *sql.DB // one connection, the writer's
+	wdb *sql.DB // one connection, the writer's; nil when read-only
 	rdb *sql.DB // the read pool
-	w   *writer
+	w   *writer // nil when read-only
 
 	mu         sync.Mutex
 	numBuckets int
@@ -66,6 +71,7 @@ type options struct {
 	busyTimeout time.Duration
 	readConns   int
 	pollEvery   time.Duration
+	readOnly    bool
 }
 
 // WithBusyTimeout sets how long a write waits for another process's write
@@ -78,6 +84,30 @@ func WithReadConns(n int) Option { return func(o *options) { o.readConns = n } }
 // WithOutboxPoll sets how often listeners read other processes'
 // notifications from the outbox (default DefaultOutboxPoll).
 func WithOutboxPoll(d time.Duration) Option { return func(o *options) { o.pollEvery = d } }
+
+// ReadOnly opens an existing file for reading only: New never creates the
+// file (a missing one is a *NoFileError), the handle has no writer, and
+// every write fails with ErrReadOnly. A file the process may only read (a
+// backup, another user's file) can be opened so; see openReadOnly for how
+// WAL's side files are treated.
+func ReadOnly() Option { return func(o *options) { o.readOnly = true } }
+
+// NoFileError says that a store opened ReadOnly found no file to read.
+type NoFileError struct{ Path string }
+
+func (e *NoFileError) Error() string {
+	return fmt.Sprintf("SQLite file %s does not exist (opened read-only, the store creates none)", e.Path)
+}
+
+// Is makes a missing file read as a database without the schema
+// (store.ErrSchema): nothing has been set up there yet.
+func (e *NoFileError) Is(target error) bool { return target == store.ErrSchema }
+
+// FileMode is the mode of the files the store creates: the database file,
+// and after it SQLite's -wal and -shm, which SQLite gives the database
+// file's mode. Every payload and result is in them, so only the node's
+// user may read them.
+const FileMode os.FileMode = 0o600
 
 // New opens (creating it if need be) the database file at path. It does not
 // migrate: call Migrate, as with every store.
@@ -102,10 +132,13 @@ func New(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("SQLite file %s: %w", path, err)
 	}
-	wdb, err := openDB(abs, o.busyTimeout, false)
-	if err != nil {
+	if o.readOnly {
+		return openReadOnly(ctx, abs, o)
+	}
+	if err := createPrivate(abs); err != nil {
 		return nil, err
 	}
+	wdb := openDB(abs, o.busyTimeout, readWrite)
 	// One writer connection: SQLite has one writer at a time anyway, and
 	// within the process the writer goroutine orders the writes, so none
 	// of them waits on the file lock for another of the same process.
@@ -113,44 +146,99 @@ func New(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
-	rdb, err := openDB(abs, o.busyTimeout, true)
-	if err != nil {
-		_ = wdb.Close()
-		return nil, err
-	}
+	rdb := openDB(abs, o.busyTimeout, queryOnly)
 	rdb.SetMaxOpenConns(o.readConns)
 	rdb.SetMaxIdleConns(o.readConns)
 	rdb.SetConnMaxIdleTime(0)
-
-	conn, err := wdb.Conn(ctx)
-	if err == nil {
-		// WAL is a property of the file: set once, by the writer, it holds
-		// for every connection and every process.
-		var mode string
-		err = conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
-		if err == nil && !strings.EqualFold(mode, "wal") {
-			err = fmt.Errorf("journal mode is %s, not WAL", mode)
-		}
-		if err == nil {
-			err = rdb.PingContext(ctx)
-		}
-	}
-	if err != nil {
-		if conn != nil {
-			_ = conn.Close()
+	s := &Store{path: abs, origin: newOrigin(), wdb: wdb, rdb: rdb, subs: map[*subscription]struct{}{}}
+	fail := func(err error) (*Store, error) {
+		if s.w != nil && s.w.conn != nil {
+			_ = s.w.conn.Close()
 		}
 		_ = wdb.Close()
 		_ = rdb.Close()
-		return nil, fmt.Errorf("open SQLite file %s: %w", abs, translate(err))
+		return nil, fmt.Errorf("open SQLite file %s: %w", abs, describeOpenError(abs, translate(err)))
 	}
-	s := &Store{path: abs, origin: newOrigin(), wdb: wdb, rdb: rdb, subs: map[*subscription]struct{}{}}
+	if s.w, err = newWriter(s, wdb, o.busyTimeout); err != nil {
+		return fail(err)
+	}
+	if err := s.w.checkWritable(ctx); err != nil {
+		return fail(err)
+	}
+	// WAL is a property of the file: set once, by the writer, it holds
+	// for every connection and every process. Setting it writes the
+	// file's header, a commit of its own, which the writer lets through.
+	s.w.committing.Store(true)
+	var mode string
+	err = s.w.conn.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+	s.w.committing.Store(false)
+	if err == nil && !strings.EqualFold(mode, "wal") {
+		err = fmt.Errorf("journal mode is %s, not WAL", mode)
+	}
+	if err == nil {
+		err = rdb.PingContext(ctx)
+	}
+	if err != nil {
+		return fail(err)
+	}
 	s.poller = newPoller(s, o.pollEvery)
-	s.w = startWriter(s, conn, o.busyTimeout)
+	s.w.start()
 	return s, nil
 }
 
+// createPrivate creates the database file, empty, readable by its owner
+// alone, unless it exists: SQLite would create it under the umask (0644
+// as a rule), and gives its -wal and -shm files the database file's mode.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
+	switch {
+	case err == nil:
+		return f.Close()
+	case errors.Is(err, fs.ErrExist):
+		return nil
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("cannot create SQLite file %s: the directory %s is not writable by this user",
+			path, filepath.Dir(path))
+	}
+	return fmt.Errorf("cannot create SQLite file %s: %w", path, err)
+}
+
+// describeOpenError says what a failure to open or set up the file means
+// when the cause is a permission: SQLite keeps its -wal and -shm files
+// beside the database, so the directory must be writable too.
+func describeOpenError(path string, err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	switch se.Code() {
+	case sqlite3.SQLITE_READONLY_DIRECTORY, sqlite3.SQLITE_CANTOPEN:
+		return fmt.Errorf("the directory %s is not writable by this user, and SQLite keeps the database's "+
+			"-wal and -shm files beside it: give the node's user write permission on the directory (%s)", dir, shortError(se))
+	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_READONLY_RECOVERY, sqlite3.SQLITE_READONLY_CANTINIT,
+		sqlite3.SQLITE_READONLY_CANTLOCK, sqlite3.SQLITE_READONLY_DBMOVED:
+		return fmt.Errorf("the file or its -wal and -shm files are not writable by this user (%s)", shortError(se))
+	}
+	return err
+}
+
+// shortError is SQLite's message.
+func shortError(se *sqlite.Error) string { return se.Error() }
+
+// access is how a pool's connections may use the file.
+type access int
+
+const (
+	readWrite access = iota // the writer
+	queryOnly               // the read pool of a writing handle: reads, on a file opened for writing
+	readOnly                // a read-only handle: the file opened read-only, never created
+	immutable               // a read-only handle on a file nobody writes (see openReadOnly)
+)
+
 // openDB opens a pool on the file with the pragmas every connection needs.
-func openDB(path string, busy time.Duration, readOnly bool) (*sql.DB, error) {
+// It connects lazily: the first use opens the file.
+func openDB(path string, busy time.Duration, a access) *sql.DB {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	// NORMAL is durable in WAL mode up to the last checkpoint-free commit
@@ -158,17 +246,104 @@ func openDB(path string, busy time.Duration, readOnly bool) (*sql.DB, error) {
 	// worker needs; FULL would add an fsync of the WAL to every commit.
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(OFF)")
-	if readOnly {
+	switch a {
+	case queryOnly:
 		q.Add("_pragma", "query_only(1)")
+	case readOnly:
+		q.Add("_pragma", "query_only(1)")
+		q.Set("mode", "ro")
+	case immutable:
+		q.Add("_pragma", "query_only(1)")
+		q.Set("mode", "ro")
+		q.Set("immutable", "1")
 	}
 	// A write begins IMMEDIATE: a deferred transaction that upgrades to a
 	// write lock gets SQLITE_BUSY at once, whatever the busy timeout says.
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("open SQLite file %s: %w", path, err)
+	// sql.Open only checks the driver's name, which is registered.
+	db, _ := sql.Open("sqlite", fileURI(path, q))
+	return db
+}
+
+// fileURI is the URI that opens path with params. SQLite decodes %XX
+// escapes in a URI's path and ends the path at ? or #: each of the three is
+// escaped, so that the file opened is the file named (jobs%41.db is not
+// jobsA.db).
+func fileURI(path string, params url.Values) string {
+	return "file:" + uriPathEscaper.Replace(path) + "?" + params.Encode()
+}
+
+var uriPathEscaper = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
+
+// openReadOnly opens a handle that reads the file at path and writes
+// nothing, the file included: no WAL mode is set, no schema created.
+//
+// A reader of a WAL file needs its -shm file (the index of the WAL, shared
+// by every connection) and, when it is missing, creates it beside the file,
+// and the -wal too. With mode=ro that works wherever the directory is
+// writable or the side files exist already, which covers a live fleet:
+// while any connection has the file open its -shm is there, and a reader
+// that may not write it gets SQLite's read-only use of it. What is left is
+// a file whose side files are gone (its last connection closed cleanly,
+// checkpointing the WAL into the file) in a directory this user may not
+// write: a backup, or another user's fleet at rest. Nothing is in a WAL
+// then, and such a file is opened immutable=1, which reads the file alone,
+// with no lock and no side file. immutable is kept for that case only: on a
+// file that a live writer changes it would read pages of the file without
+// the WAL's newer ones, and could see a half-written page.
+func openReadOnly(ctx context.Context, path string, o options) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &NoFileError{Path: path}
+		}
+		return nil, fmt.Errorf("SQLite file %s: %w", path, err)
 	}
-	return db, nil
+	rdb := openDB(path, o.busyTimeout, readOnly)
+	err := probe(ctx, rdb)
+	var se *sqlite.Error
+	if errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_READONLY_DIRECTORY || se.Code()&0xff == sqlite3.SQLITE_CANTOPEN) &&
+		!hasWAL(path) {
+		_ = rdb.Close()
+		rdb = openDB(path, o.busyTimeout, immutable)
+		err = probe(ctx, rdb)
+	}
+	if err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("open SQLite file %s read-only: %w", path, describeOpenError(path, translate(err)))
+	}
+	rdb.SetMaxOpenConns(o.readConns)
+	rdb.SetMaxIdleConns(o.readConns)
+	rdb.SetConnMaxIdleTime(0)
+	s := &Store{path: path, origin: newOrigin(), rdb: rdb, subs: map[*subscription]struct{}{}}
+	s.poller = newPoller(s, o.pollEvery)
+	return s, nil
+}
+
+// probe reads the file's schema, which opens it (and its WAL) for real.
+func probe(ctx context.Context, db *sql.DB) error {
+	var n int
+	return db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n)
+}
+
+// hasWAL reports whether the file has a WAL with frames in it.
+func hasWAL(path string) bool {
+	fi, err := os.Stat(path + "-wal")
+	return err == nil && fi.Size() > 0
+}
+
+// ReadableByOthers lists those of the database's files (the file, its -wal
+// and its -shm) that exist and that users other than their owner may read.
+// The store creates them readable by their owner alone (FileMode); a file
+// created before, or whose mode was changed, may be open to every local
+// account, with every payload and result in it.
+func ReadableByOthers(path string) []string {
+	var open []string
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o044 != 0 {
+			open = append(open, fmt.Sprintf("%s (%s)", p, fi.Mode().Perm()))
+		}
+	}
+	return open
 }
 
 func newOrigin() string {
@@ -202,8 +377,10 @@ func (s *Store) Close() {
 		_ = sub.Close()
 	}
 	s.poller.stop()
-	s.w.stop()
-	_ = s.wdb.Close()
+	if s.w != nil {
+		s.w.stop()
+		_ = s.wdb.Close()
+	}
 	_ = s.rdb.Close()
 }
 

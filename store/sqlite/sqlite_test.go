@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,5 +213,150 @@ func TestBadPath(t *testing.T) {
 	_, err := sqlite.New(context.Background(), filepath.Join(t.TempDir(), "no", "such", "dir", "f.db"))
 	if err == nil {
 		t.Error("a file in a directory that does not exist was opened")
+	}
+}
+
+// A move that may not wait (reconcile's) does not wait for another
+// process's lock on the file either, however long the busy timeout: it
+// fails with store.ErrBusy at once, and a write that may wait still waits.
+func TestAMoveThatMayNotWaitDoesNotWaitForAnotherProcesssLock(t *testing.T) {
+	b := setup(t, sqlite.WithBusyTimeout(time.Hour))
+	running := b.running()
+	release := holdWriteLock(t, b.path)
+
+	patient := make(chan error, 1)
+	go func() {
+		_, err := b.s.CreateTasks(context.Background(), []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}})
+		patient <- err
+	}()
+	moved := make(chan error, 1)
+	go func() {
+		// No deadline: only the busy timeout, an hour, bounds a wait.
+		_, err := b.s.Transition(context.Background(), store.Transition{ID: running.ID, Version: running.StatusVersion,
+			To: task.Retrying, NoWait: true})
+		moved <- err
+	}()
+	select {
+	case err := <-moved:
+		if !errors.Is(err, store.ErrBusy) {
+			t.Errorf("a move that may not wait, under another's write lock: %v, want store.ErrBusy", err)
+		}
+	case <-time.After(30 * time.Second):
+		release()
+		<-moved
+		t.Fatal("a move that may not wait waited for another process's write lock")
+	}
+	select {
+	case err := <-patient:
+		t.Fatalf("a write that may wait ended under another's write lock: %v", err)
+	default:
+	}
+	release()
+	if err := <-patient; err != nil {
+		t.Fatalf("a write that waited for the lock: %v", err)
+	}
+	if got, err := b.s.GetTask(b.ctx, running.ID); err != nil || got.Status != task.Running {
+		t.Fatalf("the refused move changed the task: %v %v", got, err)
+	}
+}
+
+// The file named is the file opened: SQLite reads a URI's path with %XX
+// escapes decoded, and the store's path must not be read so.
+func TestTheFileNamedIsTheFileOpened(t *testing.T) {
+	for _, name := range []string{"jobs%41.db", "a%2fb.db", "100%.db", "%%.db", "sp ace é.db"} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, name)
+		s := open(t, path)
+		if s.Path() != path {
+			t.Errorf("New(%q).Path() = %q", path, s.Path())
+		}
+		if _, err := s.Migrate(context.Background(), 8); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		s.Close()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), name) {
+				t.Errorf("opening %q made %q", name, e.Name())
+			}
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("opening %q did not make it: %v", name, err)
+		}
+	}
+}
+
+// The database, its -wal and its -shm hold every payload and result: the
+// store creates them readable by their owner only, whatever the umask, and
+// ReadableByOthers names an older file that others may read.
+func TestTheFilesAreTheOwnersAlone(t *testing.T) {
+	b := setup(t)
+	if _, err := b.s.CreateTasks(b.ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{b.path, b.path + "-wal", b.path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != sqlite.FileMode {
+			t.Errorf("%s has mode %v, want %v", filepath.Base(p), perm, sqlite.FileMode)
+		}
+	}
+	if open := sqlite.ReadableByOthers(b.path); len(open) != 0 {
+		t.Errorf("ReadableByOthers of a new store: %v", open)
+	}
+	if err := os.Chmod(b.path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if open := sqlite.ReadableByOthers(b.path); len(open) != 1 || !strings.Contains(open[0], b.path) {
+		t.Errorf("ReadableByOthers of a file made 0644: %v, want it named", open)
+	}
+}
+
+// A store opened read-only creates no file, writes nothing to one, and
+// reads what a writing handle committed.
+func TestAReadOnlyStoreWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	missing := filepath.Join(t.TempDir(), "flotilla.db")
+	_, err := sqlite.New(ctx, missing, sqlite.ReadOnly())
+	var noFile *sqlite.NoFileError
+	if !errors.As(err, &noFile) || noFile.Path != missing || !errors.Is(err, store.ErrSchema) {
+		t.Errorf("a read-only store on a missing file: %v, want a NoFileError naming it", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a read-only store created the file: %v", err)
+	}
+
+	empty := filepath.Join(t.TempDir(), "zero.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ro := open(t, empty, sqlite.ReadOnly())
+	if _, err := ro.Meta(ctx); !errors.Is(err, store.ErrSchema) {
+		t.Errorf("Meta of an empty file: %v, want store.ErrSchema", err)
+	}
+	if _, err := ro.Migrate(ctx, 8); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("Migrate of a read-only store: %v, want sqlite.ErrReadOnly", err)
+	}
+	ro.Close()
+	if fi, err := os.Stat(empty); err != nil || fi.Size() != 0 {
+		t.Errorf("an empty file read read-only is now %v bytes (%v)", fi.Size(), err)
+	}
+
+	b := setup(t)
+	created, err := b.s.CreateTasks(b.ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := open(t, b.path, sqlite.ReadOnly())
+	if got, err := reader.GetTask(ctx, created[0].ID); err != nil || got.ID != created[0].ID {
+		t.Errorf("a read-only handle reads the writer's task: %v %v", got, err)
+	}
+	if _, err := reader.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Key: "k", Bucket: 1}}); !errors.Is(err, sqlite.ErrReadOnly) {
+		t.Errorf("a write through a read-only handle: %v, want sqlite.ErrReadOnly", err)
 	}
 }

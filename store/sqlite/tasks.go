@@ -479,7 +479,12 @@ func (s *Store) Transition(ctx context.Context, tr store.Transition) (*task.Task
 		return nil, fmt.Errorf("task %d: %w", tr.ID, store.ErrBusy)
 	}
 	var out *task.Task
-	err := s.write(ctx, func(tx *wtx) error {
+	write := s.write
+	if tr.NoWait {
+		// Nor for another process's lock on the whole file.
+		write = s.writeNoWait
+	}
+	err := write(ctx, func(tx *wtx) error {
 		t, err := loadTask(tx, tr.ID)
 		if err != nil {
 			return err

@@ -3,9 +3,15 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	sqlite "modernc.org/sqlite"
 
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -18,8 +24,27 @@ import (
 // One commit, and so one WAL sync, serves the whole batch: group commit.
 // Under load the batches grow by themselves, since ops pile up while the
 // previous commit runs; an op alone is committed at once.
+//
+// Every caller is told the truth about its write (see op):
+//
+//   - an op whose caller gives up before the op has run to its end is
+//     rolled back to its savepoint, so that a caller told "context deadline
+//     exceeded" has written nothing;
+//   - an op that ran to its end is sealed: its caller waits for the
+//     batch's commit, however late, and hears how it went;
+//   - when SQLite itself rolls the whole transaction back (a full disk, an
+//     I/O error, an interrupt), every op sealed in it is told that it
+//     failed, and the ops of the batch not yet run go on in a transaction of
+//     their own. Nothing commits on the connection but the writer's COMMIT
+//     (a commit hook vetoes any other), so a statement run after such a
+//     rollback cannot commit alone.
+//
+// The statements that end an op or a batch (ROLLBACK TO, RELEASE, COMMIT,
+// ROLLBACK) run on no deadline, so that a batch that outlived its own never
+// leaves the connection inside a transaction holding the file's lock.
 type writer struct {
 	s    *Store
+	db   *sql.DB // the pool of the one connection
 	conn *sql.Conn
 	ops  chan *op
 	quit chan struct{}
@@ -30,15 +55,53 @@ type writer struct {
 	// maxBusy is the busy timeout the store was opened with; busy the one
 	// the connection has now (see lockWait).
 	maxBusy, busy time.Duration
+	// batchTimeout bounds the statements of one batch (defaultBatchTimeout).
+	batchTimeout time.Duration
+
+	// committing is set while the writer's own COMMIT runs: the commit
+	// hook refuses every other commit on the connection. rolledBack is set
+	// by the rollback hook whenever a transaction ends in a rollback,
+	// SQLite's own included.
+	committing, rolledBack atomic.Bool
+
+	// afterOp, when set (by tests), runs after each op's body and before
+	// the op is sealed or undone.
+	afterOp func(*op)
 }
+
+// op states: an op is live until the writer seals it, once its body has run
+// without error, or its caller abandons it, whichever comes first.
+const (
+	opLive int32 = iota
+	opSealed
+	opAbandoned
+)
 
 // op is one write: fn runs inside the batch's transaction with the
 // database clock read for it.
 type op struct {
-	ctx  context.Context
-	fn   func(tx *wtx) error
-	done chan error
+	ctx    context.Context
+	fn     func(tx *wtx) error
+	done   chan error
+	noWait bool // fail with store.ErrBusy rather than wait for another process's lock
+	// budget, when set, bounds the statements of the op's batch instead
+	// of the writer's batchTimeout.
+	budget time.Duration
+	state  atomic.Int32
 }
+
+// seal commits the op to the batch's fate: its caller will wait for the
+// commit. False when the caller has abandoned it.
+func (o *op) seal() bool { return o.state.CompareAndSwap(opLive, opSealed) }
+
+// abandon withdraws the op for a caller that gives up. False when the op is
+// sealed already: the caller must wait for the batch's outcome.
+func (o *op) abandon() bool { return o.state.CompareAndSwap(opLive, opAbandoned) }
+
+func (o *op) abandoned() bool { return o.state.Load() == opAbandoned }
+
+// answer tells the op's caller its outcome (done has room for one).
+func (o *op) answer(err error) { o.done <- err }
 
 // wtx is what an op sees: the writer's connection inside the transaction,
 // the database clock, and the notifications it wants sent when it commits.
@@ -137,11 +200,41 @@ func (tx *wtx) notify(topic store.Topic, payload string) {
 	tx.notes = append(tx.notes, store.Notification{Topic: topic, Payload: payload})
 }
 
-func startWriter(s *Store, conn *sql.Conn, busy time.Duration) *writer {
-	w := &writer{s: s, conn: conn, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{}),
-		maxBusy: busy, busy: busy, stmts: map[string]*sql.Stmt{}}
-	go w.loop()
-	return w
+// newWriter prepares the writer of db, the store's write pool, whose one
+// connection it takes, with its hooks registered. Its goroutine is not
+// started (start does).
+func newWriter(s *Store, db *sql.DB, busy time.Duration) (*writer, error) {
+	w := &writer{s: s, db: db, ops: make(chan *op), quit: make(chan struct{}), done: make(chan struct{}),
+		maxBusy: busy, busy: busy, batchTimeout: defaultBatchTimeout, stmts: map[string]*sql.Stmt{}}
+	if err := w.connect(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *writer) start() { go w.loop() }
+
+// checkWritable refuses a file that SQLite opened read-only because this
+// user may not write it: every write would fail with "attempt to write a
+// readonly database".
+func (w *writer) checkWritable(ctx context.Context) error {
+	var ro bool
+	err := w.conn.Raw(func(dc any) error {
+		c, ok := dc.(interface{ IsReadOnly(string) (bool, error) })
+		if !ok {
+			return nil
+		}
+		var err error
+		ro, err = c.IsReadOnly("main")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if ro {
+		return errors.New("the file is not writable by this user: open it read-only to read it")
+	}
+	return ctx.Err()
 }
 
 // stop ends the goroutine after the batch it runs, and closes the
@@ -155,15 +248,28 @@ func (w *writer) stop() {
 	<-w.done
 }
 
-// write runs fn as one op and waits for its outcome. When ctx ends first
-// the caller gets ctx's error; an op whose context has ended by the time
-// its batch reaches it is skipped, so nothing is written for a caller that
-// gave up before its turn.
+// write runs fn as one op and waits for its outcome. A caller whose ctx
+// ends before its op has run to its end gets ctx's error and the op is
+// undone (or never run); once the op has run to its end, the caller waits
+// for the batch's commit and gets its true outcome, even after ctx ended.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+	return s.send(ctx, &op{ctx: ctx, fn: fn})
+}
+
+// writeNoWait is write for an op that must not wait for another process's
+// write lock: it fails with store.ErrBusy at once instead.
+func (s *Store) writeNoWait(ctx context.Context, fn func(tx *wtx) error) error {
+	return s.send(ctx, &op{ctx: ctx, fn: fn, noWait: true})
+}
+
+func (s *Store) send(ctx context.Context, o *op) error {
+	if s.w == nil {
+		return ErrReadOnly
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	o.done = make(chan error, 1)
 	select {
 	case s.w.ops <- o:
 	case <-s.w.quit:
@@ -175,7 +281,11 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	case err := <-o.done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		if o.abandon() {
+			return ctx.Err()
+		}
+		// Sealed: the write is in the batch and commits with it, or not.
+		return <-o.done
 	}
 }
 
@@ -185,7 +295,9 @@ func (w *writer) loop() {
 		for _, st := range w.stmts {
 			_ = st.Close()
 		}
-		_ = w.conn.Close()
+		if w.conn != nil {
+			_ = w.conn.Close()
+		}
 	}()
 	batch := make([]*op, 0, MaxBatch)
 	for {
@@ -209,79 +321,286 @@ func (w *writer) loop() {
 	}
 }
 
-// batchTimeout bounds the statements of one batch. The ops' own contexts
-// are not used for statements: cancelling one would interrupt the shared
-// connection in the middle of another op's work.
-const batchTimeout = time.Minute
+// defaultBatchTimeout bounds the statements of one batch. The ops' own
+// contexts are not used for statements: cancelling one would interrupt the
+// shared connection in the middle of another op's work, and an interrupted
+// write makes SQLite roll the whole transaction back.
+const defaultBatchTimeout = time.Minute
 
-// run executes one batch and answers every op in it.
+// errRolledBack is what the ops of a transaction that SQLite rolled back
+// itself are told.
+var errRolledBack = errors.New("SQLite rolled the write transaction back; nothing of it was written")
+
+// run executes one batch and answers every op in it: in one transaction,
+// or in several when SQLite rolls one back before the batch has run.
 func (w *writer) run(batch []*op) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	errs := make([]error, len(batch))
-	var notes []store.Notification
-
-	fail := func(err error) {
-		for _, o := range batch {
-			o.done <- err
-		}
-	}
-	// Wait for the write lock no longer than the most patient caller of
-	// the batch: a writer stuck behind another process's lock would hold
-	// up every later op of this process too, for callers that have given
-	// up. Ops whose callers have already given up are answered at once.
-	wait, live := w.lockWait(batch)
-	if live == 0 {
-		for i, o := range batch {
-			errs[i] = o.ctx.Err()
-			o.done <- errs[i]
-		}
-		return
-	}
-	if wait != w.busy {
-		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); err == nil {
-			w.busy = wait
-		}
-	}
-	if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		fail(wrap(err, "begin a write"))
-		return
-	}
-	for i, o := range batch {
-		if err := o.ctx.Err(); err != nil {
-			errs[i] = err
-			continue
-		}
-		tx := &wtx{conn: w.conn, ctx: ctx, stmts: w.stmts}
-		errs[i] = w.runOne(tx, o)
-		if errs[i] == nil {
-			notes = append(notes, tx.notes...)
-		}
-	}
-	w.prune(ctx)
-	if _, err := w.conn.ExecContext(ctx, `COMMIT`); err != nil {
-		_, _ = w.conn.ExecContext(ctx, `ROLLBACK`)
-		fail(wrap(err, "commit"))
-		return
-	}
-	w.s.deliver(notes)
-	for i, o := range batch {
-		o.done <- errs[i]
+	for len(batch) > 0 {
+		batch = w.runTx(batch)
 	}
 }
 
-// lockWait is how long the batch may wait for the write lock: the busy
-// timeout, cut to the latest deadline among the ops whose callers still
-// wait (at least a millisecond); and how many such ops there are.
-func (w *writer) lockWait(batch []*op) (time.Duration, int) {
-	live := 0
+// ran is an op run in the current transaction, with its outcome.
+type ran struct {
+	o     *op
+	err   error
+	notes []store.Notification
+}
+
+// runTx runs the ops of batch in one transaction and answers them. When
+// SQLite rolls the transaction back before every op has run, it answers
+// the ops run so far and returns the others, which have not run.
+func (w *writer) runTx(batch []*op) (rest []*op) {
+	batch = w.dropAbandoned(batch)
+	if len(batch) == 0 {
+		return nil
+	}
+	batch, err := w.begin(batch)
+	if err != nil {
+		for _, o := range batch {
+			o.answer(err)
+		}
+		return nil
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	budget := w.batchTimeout
+	for _, o := range batch {
+		budget = max(budget, o.budget)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	done := make([]ran, 0, len(batch))
+	for i, o := range batch {
+		if o.abandoned() || o.ctx.Err() != nil && o.abandon() {
+			o.answer(o.ctx.Err())
+			continue
+		}
+		tx := &wtx{conn: w.conn, ctx: ctx, stmts: w.stmts}
+		err := w.runOne(tx, o)
+		if w.rolledBack.Load() {
+			// SQLite ended the transaction in the middle of the batch:
+			// what ran before is gone with it. The ops not run yet go
+			// on in a transaction of their own.
+			cause := fmt.Errorf("%w (%w)", errRolledBack, err)
+			if err == nil {
+				cause = errRolledBack
+			}
+			for _, r := range done {
+				r.o.answer(cause)
+			}
+			o.answer(cause)
+			w.endTx()
+			return batch[i+1:]
+		}
+		done = append(done, ran{o: o, err: err, notes: tx.notes})
+	}
+	w.prune(ctx)
+	if err := w.commit(); err != nil {
+		w.endTx()
+		err = wrap(err, "commit")
+		for _, r := range done {
+			r.o.answer(err)
+		}
+		return nil
+	}
+	var notes []store.Notification
+	for _, r := range done {
+		if r.err == nil {
+			notes = append(notes, r.notes...)
+		}
+	}
+	w.s.deliver(notes)
+	for _, r := range done {
+		r.o.answer(r.err)
+	}
+	return nil
+}
+
+// dropAbandoned answers the ops whose callers have given up and returns
+// the others.
+func (w *writer) dropAbandoned(batch []*op) []*op {
+	live := make([]*op, 0, len(batch))
+	for _, o := range batch {
+		if o.abandoned() || o.ctx.Err() != nil && o.abandon() {
+			o.answer(o.ctx.Err())
+			continue
+		}
+		live = append(live, o)
+	}
+	return live
+}
+
+// lockSlice is how long one attempt at the write lock waits for another
+// process's transaction before the writer looks again at its ops: it takes
+// in those sent meanwhile, answers at once those that may not wait, and
+// drops those whose callers have given up.
+const lockSlice = 50 * time.Millisecond
+
+// begin takes the write lock and opens the batch's transaction, and
+// returns the batch's ops that are still to run. Ops that may not wait are
+// answered store.ErrBusy while another process holds the lock, those sent
+// while the writer waits for it included.
+//
+// The lock is waited for no longer than the busy timeout, nor than the
+// most patient caller of the batch: a writer stuck behind another
+// process's lock holds up every later op of this process too.
+func (w *writer) begin(batch []*op) ([]*op, error) {
+	started := time.Now()
+	for {
+		batch = w.dropAbandoned(batch)
+		if len(batch) == 0 {
+			return nil, nil
+		}
+		wait := w.lockWait(batch, started)
+		noWait := slices.ContainsFunc(batch, func(o *op) bool { return o.noWait })
+		try := min(wait, lockSlice)
+		if noWait {
+			try = 0
+		}
+		err := w.beginWithin(try)
+		if err == nil || !errors.Is(err, store.ErrBusy) {
+			return batch, err
+		}
+		if noWait {
+			batch = slices.DeleteFunc(batch, func(o *op) bool {
+				if o.noWait {
+					o.answer(err)
+				}
+				return o.noWait
+			})
+			continue
+		}
+		if wait <= lockSlice {
+			return batch, err
+		}
+		batch = w.gather(batch)
+	}
+}
+
+// gather adds to batch the ops sent since it was taken, up to MaxBatch,
+// without waiting for any.
+func (w *writer) gather(batch []*op) []*op {
+	for len(batch) < MaxBatch {
+		select {
+		case o := <-w.ops:
+			batch = append(batch, o)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// beginWithin runs BEGIN IMMEDIATE with a busy timeout of wait.
+func (w *writer) beginWithin(wait time.Duration) error {
+	if err := w.connect(); err != nil {
+		return err
+	}
+	ctx := context.Background() // the busy timeout bounds the wait
+	if wait != w.busy {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, wait.Milliseconds())); err != nil {
+			return wrap(err, "set the busy timeout")
+		}
+		w.busy = wait
+	}
+	if _, err := w.control(`BEGIN IMMEDIATE`); err != nil {
+		return wrap(err, "begin a write")
+	}
+	w.rolledBack.Store(false)
+	return nil
+}
+
+// commit commits the batch's transaction, the one commit the commit hook
+// lets through.
+func (w *writer) commit() error {
+	w.committing.Store(true)
+	defer w.committing.Store(false)
+	_, err := w.control(`COMMIT`)
+	return err
+}
+
+// endTx leaves the connection outside any transaction, so that it holds no
+// lock of the file: a ROLLBACK, which fails harmlessly when SQLite has
+// ended the transaction already. A connection that cannot roll back is
+// closed, which releases its locks, and the writer takes a new one.
+func (w *writer) endTx() {
+	_, err := w.control(`ROLLBACK`)
+	if err == nil || strings.Contains(err.Error(), "no transaction is active") {
+		return
+	}
+	w.reconnect()
+}
+
+// reconnect closes the writer's connection, discarding it (SQLite releases
+// a closed connection's locks, and its transaction with them), and takes a
+// new one from the writer's pool, with the hooks registered.
+func (w *writer) reconnect() {
+	for _, st := range w.stmts {
+		_ = st.Close()
+	}
+	clear(w.stmts)
+	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = w.conn.Close()
+	w.conn = nil
+	w.busy = -1 // unknown: set again at the next BEGIN
+	_ = w.connect()
+}
+
+// connect takes the writer's connection from its pool, if it has none,
+// and registers its hooks.
+func (w *writer) connect() error {
+	if w.conn != nil {
+		return nil
+	}
+	conn, err := w.db.Conn(context.Background())
+	if err != nil {
+		return wrap(err, "connect the writer")
+	}
+	err = conn.Raw(func(dc any) error {
+		hooks, ok := dc.(sqlite.HookRegisterer)
+		if !ok {
+			return fmt.Errorf("the SQLite driver's connection (%T) takes no commit hook", dc)
+		}
+		hooks.RegisterCommitHook(func() int32 {
+			if w.committing.Load() {
+				return 0
+			}
+			return 1 // turns the commit into a rollback
+		})
+		hooks.RegisterRollbackHook(func() { w.rolledBack.Store(true) })
+		return nil
+	})
+	if err != nil {
+		_ = conn.Close()
+		return err
+	}
+	w.conn = conn
+	return nil
+}
+
+// control runs a statement that begins or ends a transaction or an op's
+// savepoint: prepared once, and on no deadline, so that an op or a batch
+// whose time is up is still undone, released or committed.
+func (w *writer) control(query string) (sql.Result, error) {
+	st := w.stmts[query]
+	if st == nil {
+		var err error
+		if st, err = w.conn.PrepareContext(context.Background(), query); err != nil {
+			return nil, err
+		}
+		w.stmts[query] = st
+	}
+	return st.ExecContext(context.Background())
+}
+
+// lockWait is how long the batch may still wait for the write lock, having
+// waited since started: the busy timeout, cut to the latest deadline among
+// the ops whose callers still wait, in whole milliseconds.
+func (w *writer) lockWait(batch []*op, started time.Time) time.Duration {
 	var latest time.Time
 	unbounded := false
 	for _, o := range batch {
-		if o.ctx.Err() != nil {
-			continue
-		}
-		live++
 		d, ok := o.ctx.Deadline()
 		if !ok {
 			unbounded = true
@@ -289,29 +608,35 @@ func (w *writer) lockWait(batch []*op) (time.Duration, int) {
 			latest = d
 		}
 	}
-	if unbounded || live == 0 {
-		return w.maxBusy, live
+	wait := w.maxBusy - time.Since(started)
+	if !unbounded {
+		wait = min(wait, time.Until(latest))
 	}
-	wait := min(time.Until(latest), w.maxBusy)
 	// Whole milliseconds, rounded up, so that the setting changes only
 	// when the callers' deadlines do by a millisecond or more.
-	wait = max(time.Millisecond, (wait + time.Millisecond - 1).Truncate(time.Millisecond))
-	return wait, live
+	return max(0, (wait + time.Millisecond - 1).Truncate(time.Millisecond))
 }
 
 // runOne runs one op under a savepoint, with its notifications written to
-// the outbox in the same savepoint.
+// the outbox in the same savepoint. An op that fails, or whose caller has
+// abandoned it by the time it has run, is undone.
 func (w *writer) runOne(tx *wtx, o *op) error {
-	if _, err := tx.exec(`SAVEPOINT op`); err != nil {
+	if _, err := w.control(`SAVEPOINT op`); err != nil {
 		return wrap(err, "savepoint")
 	}
 	err := tx.run(o.fn, w.s.origin)
+	if w.afterOp != nil {
+		w.afterOp(o)
+	}
+	if err == nil && !o.seal() {
+		err = o.ctx.Err()
+	}
 	if err != nil {
-		if _, rerr := tx.exec(`ROLLBACK TO op`); rerr != nil {
+		if _, rerr := w.control(`ROLLBACK TO op`); rerr != nil {
 			return fmt.Errorf("%w; and undoing it: %w", err, translate(rerr))
 		}
 	}
-	if _, rerr := tx.exec(`RELEASE op`); rerr != nil && err == nil {
+	if _, rerr := w.control(`RELEASE op`); rerr != nil && err == nil {
 		return wrap(rerr, "release savepoint")
 	}
 	return err
@@ -397,11 +722,13 @@ func (w *writer) prune(ctx context.Context) {
 	}
 	w.lastPrune = now
 	// Before the first migration there is no outbox: nothing to prune.
-	_, _ = w.conn.ExecContext(ctx, `SAVEPOINT prune`)
+	if _, err := w.control(`SAVEPOINT prune`); err != nil {
+		return
+	}
 	_, err := w.conn.ExecContext(ctx, `DELETE FROM flotilla_notifications WHERE at < `+nowSQL+` - ?`,
 		outboxRetention.Microseconds())
 	if err != nil {
-		_, _ = w.conn.ExecContext(ctx, `ROLLBACK TO prune`)
+		_, _ = w.control(`ROLLBACK TO prune`)
 	}
-	_, _ = w.conn.ExecContext(ctx, `RELEASE prune`)
+	_, _ = w.control(`RELEASE prune`)
 }
