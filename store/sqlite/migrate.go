@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
@@ -17,7 +18,7 @@ import (
 
 // SchemaVersion is the schema version this binary knows: the number of the
 // last embedded migration.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -75,6 +76,16 @@ const (
 // transaction: two processes migrating at once take turns at the write
 // lock, and a failure leaves the file as it was.
 func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error) {
+	return s.migrate(ctx, numBuckets, SchemaVersion)
+}
+
+// migrationBudget bounds the statements of a migration, which may copy a
+// whole table (migration 6): far more than a batch of ordinary writes.
+const migrationBudget = time.Hour
+
+// migrate is Migrate up to version upTo, which tests set below
+// SchemaVersion to make a file as an older binary left it.
+func (s *Store) migrate(ctx context.Context, numBuckets, upTo int) (store.Meta, error) {
 	if numBuckets < 0 || numBuckets > bucket.MaxCount {
 		return store.Meta{}, fmt.Errorf("bucket count %d: a fleet has between %d and %d buckets: %w",
 			numBuckets, bucket.MinCount, bucket.MaxCount, store.ErrInvalid)
@@ -84,7 +95,7 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 		return store.Meta{}, err
 	}
 	var meta store.Meta
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.send(ctx, &op{ctx: ctx, budget: migrationBudget, fn: func(tx *wtx) error {
 		if err := tx.execScript(createMigrationsTableSQL); err != nil {
 			return wrap(err, "create flotilla_schema_migrations")
 		}
@@ -95,7 +106,7 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 		if current > SchemaVersion {
 			return &store.SchemaError{Database: current, Binary: SchemaVersion}
 		}
-		for _, m := range all[current:] {
+		for _, m := range all[min(current, upTo):upTo] {
 			if err := tx.execScript(m.sql); err != nil {
 				return wrap(err, "apply migration %s", m.name)
 			}
@@ -128,9 +139,9 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 		case numBuckets != 0 && numBuckets != fleet:
 			return &store.BucketCountError{Fleet: fleet, Requested: numBuckets}
 		}
-		meta = store.Meta{SchemaVersion: SchemaVersion, NumBuckets: fleet, CreatedAt: fromMicros(createdAt)}
+		meta = store.Meta{SchemaVersion: max(current, upTo), NumBuckets: fleet, CreatedAt: fromMicros(createdAt)}
 		return nil
-	})
+	}})
 	if err != nil {
 		return store.Meta{}, err
 	}

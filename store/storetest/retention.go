@@ -71,6 +71,47 @@ func testRetention(t *testing.T, h Harness) {
 		b.mustRemain(old.ID, email.ID)
 	})
 
+	t.Run("AnIDIsNeverHandedOutTwice", func(t *testing.T) {
+		// Once retention has removed the newest tasks, and then every
+		// task, a new task still gets an id no task ever had: a user or
+		// an application that kept an id (worker stop ID, get ID) must
+		// never reach another task through it.
+		b := setup(t, h)
+		older := b.finished(5, "noop", task.Succeeded)
+		queued := b.create(store.NewTask{Key: "k", Bucket: 6})[0]
+		newest := b.finished(5, "noop", task.Succeeded)
+		held := append(b.hold(pruner, 5), b.hold(pruner, 6)...)
+		b.h.AgeFinished(t, b.s, newest.ID, 48*time.Hour)
+		if res := b.prune(held[0], store.DefaultRetention(), 0); res.Tasks != 1 {
+			t.Fatalf("pruned %d tasks, want the newest", res.Tasks)
+		}
+		b.mustBeGone(newest.ID)
+		next := b.create(store.NewTask{Key: "k", Bucket: 6})[0]
+		if next.ID <= newest.ID {
+			t.Fatalf("the task created after task %d was pruned got id %d: an id handed out again", newest.ID, next.ID)
+		}
+
+		// An idle fleet: every task removed.
+		for _, q := range []*task.Task{queued, next} {
+			if _, err := b.s.Transition(b.ctx, store.Transition{ID: q.ID, Version: q.StatusVersion, To: task.Cancelled}); err != nil {
+				t.Fatalf("cancel task %d: %v", q.ID, err)
+			}
+		}
+		for _, id := range []int64{older.ID, queued.ID, next.ID} {
+			b.h.AgeFinished(t, b.s, id, 48*time.Hour)
+		}
+		pruned := b.prune(held[0], store.DefaultRetention(), 0).Tasks + b.prune(held[1], store.DefaultRetention(), 0).Tasks
+		if pruned != 3 {
+			t.Fatalf("pruned %d tasks, want the 3 left", pruned)
+		}
+		again := b.create(store.NewTask{Key: "k", Bucket: 5}, store.NewTask{Key: "k", Bucket: 6})
+		for _, tk := range again {
+			if tk.ID <= next.ID {
+				t.Errorf("a task created once every task was pruned got id %d, not above %d", tk.ID, next.ID)
+			}
+		}
+	})
+
 	t.Run("StaleHolderPrunesNothing", func(t *testing.T) {
 		b := setup(t, h)
 		held := b.hold(pruner, 4)
