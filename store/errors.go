@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // Sentinel errors. Every store translates its driver's errors into these at
@@ -82,3 +84,89 @@ func (e *NodeAliveError) Error() string {
 }
 
 func (e *NodeAliveError) Is(target error) bool { return target == ErrNodeAlive }
+
+// DuplicateError refuses a new task whose unique key an unfinished task
+// holds, or whose schedule tick a task was already fired for, and names
+// that task. Every store answers a collision with one, without the
+// driver's words.
+type DuplicateError struct {
+	// Index is the refused task's place in its batch; -1 for a batch of
+	// one.
+	Index int
+	// UniqueKey is the key taken; "" for a schedule tick.
+	UniqueKey string
+	// Schedule and Tick name the tick fired already, for a task fired by a
+	// schedule.
+	Schedule string
+	Tick     time.Time
+	// Holder is the task that holds the key or was fired for the tick; 0
+	// when it could not be told (it finished meanwhile).
+	Holder int64
+}
+
+func (e *DuplicateError) Error() string {
+	var b strings.Builder
+	if e.Index >= 0 {
+		fmt.Fprintf(&b, "task at index %d: ", e.Index)
+	}
+	holder := "an unfinished task"
+	if e.Holder > 0 {
+		holder = fmt.Sprintf("unfinished task %d", e.Holder)
+	}
+	if e.UniqueKey != "" {
+		fmt.Fprintf(&b, "unique key %s is held by %s", Shorten(e.UniqueKey, 60), holder)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "schedule %s already fired its tick of %s", Shorten(e.Schedule, 60), e.Tick.UTC().Format(time.RFC3339Nano))
+	if e.Holder > 0 {
+		fmt.Fprintf(&b, ", as task %d", e.Holder)
+	}
+	return b.String()
+}
+
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// FindDuplicate names the task of tasks[from:to] that a store refused for a
+// unique key or a schedule tick that another task holds: holder looks up
+// the task holding a new task's unique key, or fired for its tick (0 and
+// nil when there is none). Every store calls it once its unique index has
+// refused a batch, so that the error names the holder, whatever the driver
+// said. When no holder is found any more (it finished meanwhile), the
+// first task of the range with a unique key or a tick is named, without
+// its holder.
+func FindDuplicate(tasks []NewTask, from, to int, holder func(NewTask) (int64, error)) error {
+	index := func(i int) int {
+		if len(tasks) == 1 {
+			return -1
+		}
+		return i
+	}
+	first := -1
+	for i := from; i < to; i++ {
+		nt := tasks[i]
+		if nt.UniqueKey == "" && nt.Schedule == "" {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		id, err := holder(nt)
+		if err != nil {
+			return fmt.Errorf("find the task that holds the unique key or schedule tick of the task at index %d: %w", i, err)
+		}
+		if id > 0 {
+			return duplicateOf(nt, index(i), id)
+		}
+	}
+	if first < 0 {
+		return fmt.Errorf("%w: a unique index refused the batch", ErrDuplicate)
+	}
+	return duplicateOf(tasks[first], index(first), 0)
+}
+
+func duplicateOf(nt NewTask, index int, holder int64) *DuplicateError {
+	if nt.UniqueKey != "" {
+		return &DuplicateError{Index: index, UniqueKey: nt.UniqueKey, Holder: holder}
+	}
+	return &DuplicateError{Index: index, Schedule: nt.Schedule, Tick: nt.ScheduledFor, Holder: holder}
+}

@@ -76,23 +76,28 @@ func (db *database) checkNewTasks(tasks []store.NewTask) error {
 	}
 	ticksInBatch := map[fireKey]int{}
 	for i, nt := range tasks {
-		if nt.UniqueKey != "" {
-			if id, taken := db.uniqueKeys[nt.UniqueKey]; taken {
-				return fmt.Errorf("task at index %d: %w: unique key %q already names unfinished task %d",
-					i, store.ErrDuplicate, nt.UniqueKey, id)
-			}
+		if nt.Schedule == "" {
+			continue
 		}
-		if nt.Schedule != "" {
-			tick := fireKey{nt.Schedule, dbTime(nt.ScheduledFor)}
-			if id, taken := db.fired[tick]; taken {
-				return fmt.Errorf("task at index %d: %w: schedule %q already fired for %s as task %d",
-					i, store.ErrDuplicate, nt.Schedule, tick.scheduledFor.Format(time.RFC3339Nano), id)
-			}
-			if j, taken := ticksInBatch[tick]; taken {
-				return fmt.Errorf("task at index %d: %w: schedule %q tick %s is also fired by the task at index %d",
-					i, store.ErrDuplicate, nt.Schedule, tick.scheduledFor.Format(time.RFC3339Nano), j)
-			}
-			ticksInBatch[tick] = i
+		tick := fireKey{nt.Schedule, dbTime(nt.ScheduledFor)}
+		if j, taken := ticksInBatch[tick]; taken {
+			return fmt.Errorf("task at index %d: %w: schedule %q tick %s is also fired by the task at index %d",
+				i, store.ErrDuplicate, nt.Schedule, tick.scheduledFor.Format(time.RFC3339Nano), j)
+		}
+		ticksInBatch[tick] = i
+	}
+	taken := func(nt store.NewTask) (int64, error) {
+		if id, ok := db.uniqueKeys[nt.UniqueKey]; ok && nt.UniqueKey != "" {
+			return id, nil
+		}
+		if id, ok := db.fired[fireKey{nt.Schedule, dbTime(nt.ScheduledFor)}]; ok && nt.Schedule != "" {
+			return id, nil
+		}
+		return 0, nil
+	}
+	for _, nt := range tasks {
+		if id, _ := taken(nt); id > 0 {
+			return store.FindDuplicate(tasks, 0, len(tasks), taken)
 		}
 	}
 	return nil

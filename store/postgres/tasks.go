@@ -158,7 +158,8 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 		return nil, err
 	}
 	if len(tasks) < copyThreshold {
-		return s.insertThenAnnounce(ctx, tasks)
+		out, err := s.insertThenAnnounce(ctx, tasks)
+		return out, s.nameDuplicate(ctx, tasks, err)
 	}
 	var out []*task.Task
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -166,7 +167,32 @@ func (s *Store) CreateTasks(ctx context.Context, tasks []store.NewTask) ([]*task
 		out, err = copyTasks(ctx, tx, tasks)
 		return err
 	})
-	return out, err
+	return out, s.nameDuplicate(ctx, tasks, err)
+}
+
+// holderSQL finds the task holding a new task's unique key, or fired for
+// its schedule tick, through the unique indexes.
+const holderSQL = `SELECT id FROM flotilla_tasks
+WHERE (unique_key = $1 AND status NOT IN ('succeeded', 'failed', 'timed_out', 'stopped', 'cancelled', 'lost', 'skipped'))
+   OR (schedule = $2 AND scheduled_for = $3)
+ORDER BY id LIMIT 1`
+
+// nameDuplicate turns a collision of tasks with a unique index into the
+// store's *store.DuplicateError, which names the task that holds the key
+// (read on the pool: the failed transaction can read nothing more); other
+// errors are returned as they are.
+func (s *Store) nameDuplicate(ctx context.Context, tasks []store.NewTask, err error) error {
+	if !errors.Is(err, store.ErrDuplicate) {
+		return err
+	}
+	return store.FindDuplicate(tasks, 0, len(tasks), func(nt store.NewTask) (int64, error) {
+		var id int64
+		err := s.pool.QueryRow(ctx, holderSQL, optText(nt.UniqueKey), optText(nt.Schedule), optTimestamp(nt.ScheduledFor)).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil
+		}
+		return id, wrap(err, "read the task holding a unique key")
+	})
 }
 
 // CreateTasksTx is CreateTasks inside the caller's transaction: the tasks
@@ -179,10 +205,16 @@ func (s *Store) CreateTasksTx(ctx context.Context, tx pgx.Tx, tasks []store.NewT
 	if err := s.validate(ctx, tasks); err != nil {
 		return nil, err
 	}
+	var (
+		out []*task.Task
+		err error
+	)
 	if len(tasks) < copyThreshold {
-		return insertTasks(ctx, tx, tasks)
+		out, err = insertTasks(ctx, tx, tasks)
+	} else {
+		out, err = copyTasks(ctx, tx, tasks)
 	}
-	return copyTasks(ctx, tx, tasks)
+	return out, s.nameDuplicate(ctx, tasks, err)
 }
 
 func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {

@@ -198,7 +198,7 @@ func insertTasks(tx *wtx, tasks []store.NewTask, skipConflicts bool) ([]*task.Ta
 		if err != nil {
 			err = translate(err)
 			if errors.Is(err, store.ErrDuplicate) {
-				return nil, duplicateError(tasks, from, to, err)
+				return nil, duplicateError(tx, tasks, from, to)
 			}
 			return nil, fmt.Errorf("create tasks %d-%d of %d: %w", from, to-1, len(tasks), err)
 		}
@@ -227,20 +227,24 @@ func insertTasks(tx *wtx, tasks []store.NewTask, skipConflicts bool) ([]*task.Ta
 	return out, nil
 }
 
-// duplicateError names the unique keys and schedule ticks among tasks
-// [from, to), one of which an existing task holds.
-func duplicateError(tasks []store.NewTask, from, to int, err error) error {
-	var held []string
-	for i := from; i < to; i++ {
-		if k := tasks[i].UniqueKey; k != "" {
-			held = append(held, fmt.Sprintf("unique key %q (task %d)", k, i))
+// finalStatusesSQL lists the final states as the unique key's partial
+// index does, so that a query with it can use the index.
+const finalStatusesSQL = `('succeeded', 'failed', 'timed_out', 'stopped', 'cancelled', 'lost', 'skipped')`
+
+// duplicateError names the task of tasks[from:to] that the unique index
+// refused, and the task holding its unique key or fired for its tick, read
+// in tx (only the refused statement was undone).
+func duplicateError(tx *wtx, tasks []store.NewTask, from, to int) error {
+	return store.FindDuplicate(tasks, from, to, func(nt store.NewTask) (int64, error) {
+		var id int64
+		err := tx.queryRow(`SELECT id FROM flotilla_tasks
+			WHERE (unique_key = ? AND status NOT IN `+finalStatusesSQL+`) OR (schedule = ? AND scheduled_for = ?)
+			ORDER BY id LIMIT 1`, nullString(nt.UniqueKey), nullString(nt.Schedule), micros(dbTime(nt.ScheduledFor))).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
 		}
-		if sc := tasks[i].Schedule; sc != "" {
-			held = append(held, fmt.Sprintf("schedule %q tick %s (task %d)", sc,
-				tasks[i].ScheduledFor.UTC().Format(time.RFC3339Nano), i))
-		}
-	}
-	return fmt.Errorf("%s: already held by an unfinished task, or fired: %w", strings.Join(held, ", "), err)
+		return id, wrapIf(err, "read the task holding a unique key")
+	})
 }
 
 func insertRows(tx *wtx, query string, args []any) ([]int64, error) {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,44 @@ func testTasks(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		b.create(store.NewTask{Key: "k", Bucket: 1, UniqueKey: "report-2026-11"})
+	})
+
+	t.Run("ADuplicateNamesTheTaskThatHoldsTheKey", func(t *testing.T) {
+		// The refusal names the holder (not "task 0", nor the index of
+		// the refused task), and says it in the store's words, not the
+		// driver's.
+		b := setup(t, h)
+		b.create(store.NewTask{Key: "k", Bucket: 1, UniqueKey: "other"})
+		holder := b.create(store.NewTask{Key: "k", Bucket: 1, UniqueKey: "report"})[0]
+		for _, batch := range [][]store.NewTask{
+			{{Kind: "noop", Key: "k", Bucket: 1, UniqueKey: "report"}},
+			{{Kind: "noop", Key: "k", Bucket: 2, UniqueKey: "fresh"}, {Kind: "noop", Key: "k", Bucket: 1, UniqueKey: "report"}},
+		} {
+			_, err := b.s.CreateTasks(b.ctx, batch)
+			var dup *store.DuplicateError
+			if !errors.As(err, &dup) || !errors.Is(err, store.ErrDuplicate) {
+				t.Fatalf("a task whose unique key is held: %v, want a *store.DuplicateError", err)
+			}
+			wantIndex := len(batch) - 1
+			if len(batch) == 1 {
+				wantIndex = -1 // a batch of one has no index to name
+			}
+			if dup.Holder != holder.ID || dup.UniqueKey != "report" || dup.Index != wantIndex {
+				t.Errorf("%+v: want unique key report held by task %d, the refused task at index %d", dup, holder.ID, wantIndex)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, fmt.Sprintf("task %d", holder.ID)) {
+				t.Errorf("%q does not name task %d, which holds the key", msg, holder.ID)
+			}
+			for _, driver := range []string{"constraint", "UNIQUE", "SQLSTATE", "violates", "23505", "(2067)"} {
+				if strings.Contains(msg, driver) {
+					t.Errorf("%q carries the driver's text %q", msg, driver)
+				}
+			}
+		}
+		if list, err := b.s.ListTasks(b.ctx, store.TaskFilter{}); err != nil || len(list) != 2 {
+			t.Errorf("refused batches left %d tasks (%v), want the 2 created", len(list), err)
+		}
 	})
 
 	t.Run("ListFiltersAndPages", func(t *testing.T) {
