@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -24,8 +25,10 @@ import (
 //     bucket leases (announced, so a standby takes over at once) and marks
 //     the node stopped.
 //
-// ctx bounds the whole: when it ends before cancelled handlers return,
-// Shutdown goes on without them and says so in its error. The buckets of
+// ctx bounds the whole: when it ends (a forced exit), Shutdown cancels the
+// handlers still running, waits ForcedExitGrace for them to return, and
+// goes on without those that have not, naming their tasks in its error
+// and its log. The buckets of
 // those handlers' tasks are not released: their leases lapse as after a
 // crash, so the next holder takes such a bucket, and rescues the task, only
 // once the database's expiry has passed, never while the handler may still
@@ -69,11 +72,22 @@ func (n *Node) shutdown(ctx context.Context) error {
 	if !drained {
 		n.cancelRunning()
 		if !n.waitHandlers(ctx, nil) {
-			left := n.activeHandlers()
-			n.log.Error("shutdown deadline passed with handlers still running; "+
-				"their tasks will be rescued when their leases lapse", zap.Int("handlers", left))
-			err = fmt.Errorf("node %s: %d handlers did not return before the shutdown deadline: %w",
-				n.id, left, context.Cause(ctx))
+			// ctx has ended (a forced exit): the handlers were just
+			// cancelled, and most return at once. A short bounded moment
+			// lets them, so that their tasks are released and their
+			// buckets handed over rather than left running until their
+			// leases lapse.
+			over, stop := n.forcedGrace()
+			n.waitHandlers(context.Background(), over)
+			stop()
+			if left := n.runningTasks(); len(left) > 0 {
+				n.log.Error("forced exit: handlers still running after their cancellation; "+
+					"their tasks will be rescued when their leases lapse, and their buckets are left to lapse",
+					zap.Int64s("tasks", left), zap.String("buckets", n.bucketsStillRunning().String()),
+					zap.Duration("waited", ForcedExitGrace))
+				err = fmt.Errorf("node %s: %d handlers did not return before the shutdown deadline (tasks %v): %w",
+					n.id, len(left), left, context.Cause(ctx))
+			}
 		}
 	}
 
@@ -92,6 +106,32 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.stopRun(ErrShuttingDown)
 	n.log.Info("node stopped")
 	return err
+}
+
+// ForcedExitGrace is how long Shutdown waits, once its context has ended,
+// for the handlers it has just cancelled to return: a handler that honours
+// its context returns within it, and its task is released and its bucket
+// handed over; one that does not is left, as after a crash.
+const ForcedExitGrace = time.Second
+
+// forcedGrace returns a channel closed once ForcedExitGrace has passed,
+// and the function that stops its timer.
+func (n *Node) forcedGrace() (<-chan struct{}, func()) {
+	over := make(chan struct{})
+	timer := n.cfg.Clock.AfterFunc(ForcedExitGrace, func() { close(over) })
+	return over, func() { timer.Stop() }
+}
+
+// runningTasks lists the tasks whose handler has not returned, by id.
+func (n *Node) runningTasks() []int64 {
+	var ids []int64
+	for _, a := range n.attempts.all() {
+		if done, _ := a.state(); !done {
+			ids = append(ids, a.ref.ID)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
 }
 
 // waitHandlers waits until the claim loop has ended and every handler has
@@ -134,10 +174,10 @@ func (n *Node) cancelRunning() {
 	ids := make([]int64, len(cancelled))
 	for i, a := range cancelled {
 		ids[i] = a.ref.ID
-		n.log.Warn("shutdown timeout passed: cancelling handler; its task will be released", a.fields()...)
+		n.log.Warn("shutting down: cancelling handler; its task will be released once it returns", a.fields()...)
 	}
 	if len(ids) > 0 {
-		n.log.Warn("cancelled handlers still running at the shutdown timeout", zap.Int64s("tasks", ids))
+		n.log.Warn("cancelled the handlers still running at shutdown", zap.Int64s("tasks", ids))
 	}
 }
 
