@@ -9,8 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
-
-	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 )
 
 // cliReference writes docs/cli.md: every command with its flags and their
@@ -99,7 +97,8 @@ func cliReference(w io.Writer) {
 	p("\n## JSON output\n\n")
 	p("Under `--json`, the read commands print one JSON document each, of the shapes below. A script may rely on\n")
 	p("every field named here, with its type, and on no other; a field marked optional is left out when empty.\n")
-	p("Times are RFC 3339 in UTC with nanoseconds, or null when there is none.\n")
+	p("Times are RFC 3339 in UTC with exactly six digits of fraction (microseconds, what every store keeps), so that\n")
+	p("every time has one width, e.g. `2026-01-02T15:04:05.120000Z`; or null when there is none.\n")
 	for _, s := range jsonShapes {
 		p("\n### worker %s --json\n\n", s.Command)
 		if s.Array {
@@ -166,8 +165,6 @@ func flagDoc(f cli.Flag) (names, def, usage string) {
 			names += " VALUE"
 		}
 		switch {
-		case f == dsnFlag:
-			def = "$" + dsnEnv + ", else " + storedsn.Default
 		case df.GetDefaultText() != "":
 			def = df.GetDefaultText()
 		case !df.TakesValue():

@@ -18,12 +18,15 @@ import (
 var (
 	dsnFlag = &cli.StringFlag{
 		Name: "dsn",
-		Usage: "PostgreSQL connection string, e.g. postgres://postgres@127.0.0.1:5432/flotilla (default: $" + dsnEnv + "). " +
-			"Every user of the host can read a command line: give a password through $" + dsnEnv + " or --dsn-file instead",
+		Usage: "the fleet's database: an SQLite file (sqlite:PATH, or a path ending in .db) or a PostgreSQL URL, " +
+			"e.g. postgres://postgres@127.0.0.1:5432/flotilla. Every user of the host can read a command line: " +
+			"give a password through $" + dsnEnv + " or --dsn-file instead",
+		DefaultText: "$" + dsnEnv + ", else " + storedsn.Default,
 	}
 	dsnFileFlag = &cli.StringFlag{
-		Name:  "dsn-file",
-		Usage: "read the PostgreSQL connection string from this file (surrounding whitespace is ignored); keep it readable by the node's user only",
+		Name: "dsn-file",
+		Usage: "read the database (an SQLite file or a PostgreSQL URL, as --dsn) from this file (surrounding whitespace " +
+			"is ignored); keep it readable by the node's user only",
 	}
 	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 )

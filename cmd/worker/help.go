@@ -106,6 +106,10 @@ var examples = map[string][]string{
 		"worker bench --jobs 10000",
 		"worker bench --jobs 100000 --concurrency 200 --json",
 	},
+	"version": {
+		"worker version",
+		"worker run --version    # any command takes --version",
+	},
 	"completion": {
 		"source <(worker completion bash)",
 		"worker completion fish > ~/.config/fish/completions/worker.fish",

@@ -95,6 +95,49 @@ func TestVersionNamesTheCommit(t *testing.T) {
 	}
 }
 
+// The default store is an SQLite file: the help of the program, of
+// migrate and of every flag naming the database says so, and shows the
+// default file.
+func TestHelpSaysTheDefaultIsAnSQLiteFile(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"migrate", "--help"}} {
+		stdout, _, _ := runWorker(t, args...)
+		if !strings.Contains(stdout, "SQLite file (the default)") && !strings.Contains(stdout, "an SQLite file (the default)") {
+			t.Errorf("worker %s does not say the default is an SQLite file:\n%s", strings.Join(args, " "), stdout)
+		}
+	}
+	for _, path := range commandPaths() {
+		stdout, _, _ := runWorker(t, append(path, "--help")...)
+		if !strings.Contains(stdout, "--dsn value") {
+			continue
+		}
+		name := strings.Join(path, " ")
+		if !strings.Contains(stdout, "(default: $FLOTILLA_DSN, else sqlite:flotilla.db)") {
+			t.Errorf("worker %s --help does not show the default database, sqlite:flotilla.db", name)
+		}
+		if strings.Contains(stdout, "PostgreSQL connection string") {
+			t.Errorf("worker %s --help calls the database a PostgreSQL connection string", name)
+		}
+	}
+}
+
+// `worker version` and --version after any command print what --version
+// prints, as users expect of a command line, and exit 0.
+func TestVersionIsACommandAndEveryCommandTakesVersion(t *testing.T) {
+	defer func(v, c string) { version, commit = v, c }(version, commit)
+	version, commit = "v1.2.3", "abc1234"
+	const want = "worker version v1.2.3 (commit abc1234)"
+	runs := [][]string{{"version"}, {"--version"}}
+	for _, path := range commandPaths() {
+		runs = append(runs, append(path, "--version"))
+	}
+	for _, args := range runs {
+		stdout, stderr, code := runWorker(t, args...)
+		if code != exitOK || strings.TrimSpace(stdout) != want {
+			t.Errorf("worker %s: exit %d, stdout %q, stderr %q; want %q", strings.Join(args, " "), code, stdout, stderr, want)
+		}
+	}
+}
+
 func TestCompletionScripts(t *testing.T) {
 	for shell, want := range map[string]string{
 		"bash": "complete -o bashdefault", "zsh": "#compdef worker", "fish": "complete -c worker",

@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -20,8 +20,8 @@ const (
 	jsonString  jsonType = "string"
 	jsonInteger jsonType = "integer"
 	jsonBoolean jsonType = "boolean"
-	// jsonTime is an RFC 3339 time in UTC with nanoseconds, or null when
-	// there is none.
+	// jsonTimestamp is a time in JSONTimeFormat (RFC 3339 in UTC with six
+	// digits of fraction), or null when there is none.
 	jsonTimestamp jsonType = "time or null"
 	// jsonValue is any JSON value: a payload or result as the task gave it.
 	jsonValue   jsonType = "any JSON value"
@@ -77,6 +77,11 @@ var taskFields = []jsonField{
 	field("result", jsonValue, "the JSON the handler returned, null when none"),
 	field("error", jsonString, "the latest attempt's error; empty when none"),
 	field("schedule", jsonString, "the schedule that fired it; empty when none"),
+	optional("unique_key", jsonString, "the key no other unfinished task may hold, when one was given"),
+	field("timeout", jsonString, `the per-attempt timeout, e.g. "1.5s"; empty when none`),
+	optional("pipeline", jsonInteger, "the pipeline it is a step of"),
+	optional("step", jsonString, "the name of its step in that pipeline"),
+	optional("progress", jsonValue, "the progress its handler saved, which the next attempt sees"),
 	optional("limit_key", jsonString, "the key per-key limits count it under, when one was given"),
 	optional("resources", jsonCounts, "what it needs free on a node to start"),
 	optional("wait_reason", jsonString, "the latest reason its bucket's holder gave for not starting it"),
@@ -273,8 +278,8 @@ func (f jsonField) check(v any) []string {
 		if !ok {
 			return wrong
 		}
-		if t, err := time.Parse(time.RFC3339Nano, s); err != nil || !strings.HasSuffix(s, "Z") || t.IsZero() {
-			return []string{fmt.Sprintf(": %q is not an RFC 3339 time in UTC", s)}
+		if t, err := time.Parse(JSONTimeFormat, s); err != nil || !jsonTimePattern.MatchString(s) || t.IsZero() {
+			return []string{fmt.Sprintf(": %q is not a time as %s", s, JSONTimeFormat)}
 		}
 	case jsonValue:
 		// Any value is one.
@@ -315,6 +320,10 @@ func (f jsonField) check(v any) []string {
 	}
 	return nil
 }
+
+// jsonTimePattern is JSONTimeFormat's one width: six digits of fraction,
+// and Z.
+var jsonTimePattern = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`)
 
 func isInteger(v any) bool {
 	n, ok := v.(json.Number)

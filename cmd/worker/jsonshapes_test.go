@@ -34,7 +34,10 @@ func shapeFleet(t *testing.T) (string, map[string][][]string) {
 		return strings.TrimSpace(stdout)
 	}
 	waiting := submit("--kind", "fetch", "--key", "order-1", "--limit-key", "tenant-7", "--resources", "gpu=1,mem=8",
-		"--payload", `{"order":1}`)
+		"--payload", `{"order":1}`, "--unique-key", "order-1-fetch", "--timeout", "1500ms")
+	// A time with no fraction, which RFC 3339 with nanoseconds would print
+	// shorter than the others.
+	later := submit("--kind", "noop", "--key", "order-4", "--run-at", "2099-01-02T03:04:05Z")
 	cancelled := submit("--kind", "noop", "--key", "order-2")
 	file := filepath.Join(t.TempDir(), "nightly.json")
 	if err := os.WriteFile(file, []byte(`{"name": "nightly", "tasks": [{"name": "extract", "kind": "noop"},
@@ -85,19 +88,29 @@ func shapeFleet(t *testing.T) (string, map[string][][]string) {
 		epoch = got[0].Epoch
 	}
 	// A running task of the fleet-limited kind gives limit list a holder.
-	submit("--kind", "train", "--key", "order-3", "--limit-key", "tenant-7")
-	if got, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "live/1", Node: "live",
+	train := submit("--kind", "train", "--key", "order-3", "--limit-key", "tenant-7")
+	got, err := s.ClaimTasks(ctx, store.ClaimRequest{Owner: "live/1", Node: "live",
 		Buckets: []store.HeldBucket{{Bucket: tk.Bucket, Epoch: epoch}}, Kinds: []string{"train"}, Limit: 1,
-		LeaseTTL: time.Hour}); err != nil || len(got) != 1 {
+		LeaseTTL: time.Hour})
+	if err != nil || len(got) != 1 {
 		t.Fatalf("claim the train task: %v %v", got, err)
 	}
+	// Its handler saved how far it got.
+	if err := s.SaveProgress(ctx, "live/1", got[0].Ref(), []byte(`{"epoch":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.GetPipeline(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := strconv.FormatInt(p.Steps[0].Task.ID, 10)
 	if n, err := s.SetWaitReasons(ctx, "live/1", []store.HeldBucket{{Bucket: tk.Bucket, Epoch: epoch}},
 		[]store.WaitReason{{Kind: "fetch", LimitKey: "tenant-7", Reason: "concurrency limit api: tenant-7 at 2/2"}}); err != nil || n != 1 {
 		t.Fatalf("SetWaitReasons: %d, %v", n, err)
 	}
 
 	return dsn, map[string][][]string{
-		"get":           {{"get", waiting}, {"get", cancelled}},
+		"get":           {{"get", waiting}, {"get", cancelled}, {"get", train}, {"get", step}, {"get", later}},
 		"list":          {{"list"}},
 		"buckets":       {{"buckets"}},
 		"nodes":         {{"nodes", "--all"}},
@@ -179,4 +192,45 @@ func fieldPaths(prefix string, fields []jsonField) []string {
 		paths = append(paths, fieldPaths(prefix+"."+f.Name, f.Fields)...)
 	}
 	return paths
+}
+
+// schedule list, pause and resume tell a script the attempts a schedule's
+// tasks get (the default, 3, when none was given, not the 0 stored for
+// it) and the node that fires it.
+func TestScheduleJSONSaysTheAttemptsAndTheHolder(t *testing.T) {
+	dsn := viewFleet(t) // node live holds buckets 0-9
+	policy, err := bucket.NewPolicy(bucket.DefaultCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for n := 0; key == ""; n++ {
+		if k := "nightly-" + strconv.Itoa(n); policy.Of(k) < 10 {
+			key = k
+		}
+	}
+	if _, stderr, code := runWorker(t, "schedule", "add", "--every", "1h", "--kind", "noop", "--key", key, "nightly",
+		"--dsn", dsn); code != exitOK {
+		t.Fatal(stderr)
+	}
+	for _, args := range [][]string{{"schedule", "list"}, {"schedule", "pause", "nightly"}, {"schedule", "resume", "nightly"}} {
+		stdout, stderr, code := runWorker(t, append(args, "--json", "--dsn", dsn)...)
+		if code != exitOK {
+			t.Fatalf("worker %v: exit %d: %s", args, code, stderr)
+		}
+		var sc scheduleJSON
+		if args[1] == "list" {
+			var all []scheduleJSON
+			if err := json.Unmarshal([]byte(stdout), &all); err != nil || len(all) != 1 {
+				t.Fatalf("worker %v printed %s (%v)", args, stdout, err)
+			}
+			sc = all[0]
+		} else if err := json.Unmarshal([]byte(stdout), &sc); err != nil {
+			t.Fatalf("worker %v printed %s (%v)", args, stdout, err)
+		}
+		if sc.MaxAttempts != store.DefaultMaxAttempts || sc.Holder != "live" {
+			t.Errorf("worker %s --json: max_attempts %d, holder %q; want %d and live",
+				strings.Join(args, " "), sc.MaxAttempts, sc.Holder, store.DefaultMaxAttempts)
+		}
+	}
 }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,7 +51,7 @@ func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err == nil {
 		err = unknown
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, errVersionPrinted) {
 		return exitOK
 	}
 	code := exitStatus(err)
@@ -82,7 +83,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	usageError := func(_ *cli.Context, err error, _ bool) error { return invalid(err) }
 	app := &cli.App{
 		Name:    "worker",
-		Usage:   "a fleet of workers for background tasks on PostgreSQL",
+		Usage:   "a fleet of workers for background tasks, on an SQLite file (the default) or PostgreSQL",
 		Version: versionString(),
 		Writer:  stdout, ErrWriter: stderr,
 		// Errors are printed once, by run, with their exit status.
@@ -108,6 +109,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			benchCommand(),
 			completionCommand(),
 			uiCommand(),
+			versionCommand(),
 		},
 		EnableBashCompletion: true,
 	}
@@ -122,5 +124,46 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}
 	}
 	setUsageError(app.Commands)
+	acceptVersionFlag(app.Commands)
 	return app
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "version",
+		Usage:     "print the version and the commit it was built from, as --version does",
+		ArgsUsage: " ",
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c, ""); err != nil {
+				return err
+			}
+			cli.VersionPrinter(c)
+			return nil
+		},
+	}
+}
+
+// errVersionPrinted ends a command whose --version was given, once the
+// version is printed: the command does nothing else, and exits 0.
+var errVersionPrinted = errors.New("version printed")
+
+// acceptVersionFlag lets every command take --version, as the program
+// does: `worker run --version` prints the version rather than refusing an
+// unknown flag.
+func acceptVersionFlag(cmds []*cli.Command) {
+	for _, c := range cmds {
+		c.Flags = append(c.Flags, &cli.BoolFlag{Name: "version", Hidden: true})
+		before := c.Before
+		c.Before = func(ctx *cli.Context) error {
+			if ctx.Bool("version") {
+				cli.VersionPrinter(ctx)
+				return errVersionPrinted
+			}
+			if before != nil {
+				return before(ctx)
+			}
+			return nil
+		}
+		acceptVersionFlag(c.Subcommands)
+	}
 }

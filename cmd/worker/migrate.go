@@ -20,7 +20,7 @@ var numBucketsFlag = &cli.IntFlag{
 func migrateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "migrate",
-		Usage:     "create or upgrade the fleet's schema in PostgreSQL (and the database, if missing)",
+		Usage:     "create or upgrade the fleet's schema in its database, an SQLite file (the default) or PostgreSQL, creating the database if missing",
 		ArgsUsage: " ",
 		Flags:     commonFlags(numBucketsFlag, jsonFlag),
 		Action: func(c *cli.Context) error {

@@ -243,11 +243,11 @@ func pipelineGetCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			p, err := client.GetPipeline(c.Context, id)
 			if err != nil {
 				return err

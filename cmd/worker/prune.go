@@ -145,7 +145,7 @@ func pruneJSON(rep retention.Report) map[string]any {
 		for _, st := range task.TerminalStates() {
 			if c, ok := b.ByStatus[st]; ok {
 				rows = append(rows, prunedJSON{Bucket: b.Bucket, Status: string(st), Tasks: c.Tasks,
-					Oldest: c.Oldest.UTC().Format(time.RFC3339Nano)})
+					Oldest: c.Oldest.UTC().Format(JSONTimeFormat)})
 			}
 		}
 	}

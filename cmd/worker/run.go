@@ -22,6 +22,7 @@ import (
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
 	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
+	"github.com/flotilla-dev/flotilla/store/sqlite"
 )
 
 func runCommand() *cli.Command {
@@ -140,6 +141,9 @@ func runCommand() *cli.Command {
 			if err := checkDeclaredRange(c.Context, dsn, cfg); err != nil {
 				return err
 			}
+			if err := checkListenAddr("--http", c.String("http")); err != nil {
+				return err
+			}
 			if c.Bool("ui") && c.String("http") == "" {
 				return invalid(errors.New("--ui serves the dashboard on --http: give --http too, e.g. --http 127.0.0.1:8080"))
 			}
@@ -151,6 +155,34 @@ func runCommand() *cli.Command {
 				httpOptions{ui: c.Bool("ui"), uiToken: uiTok})
 		},
 	}
+}
+
+// checkListenAddr refuses an address that net.Listen could not read, before
+// anything connects: it must be HOST:PORT (HOST may be empty), the port a
+// number from 0 to 65535 or a service name. "" is no address.
+func checkListenAddr(flag, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return invalid(fmt.Errorf("invalid %s %q: give HOST:PORT, e.g. 127.0.0.1:8080 (%w)", flag, addr, err))
+	}
+	return nil
+}
+
+// listenError says why listening on addr failed: an address that does not
+// resolve is invalid input; one in use, or not this host's, is not.
+func listenError(flag, addr string, err error) error {
+	var dnsErr *net.DNSError
+	var addrErr *net.AddrError
+	if errors.As(err, &dnsErr) || errors.As(err, &addrErr) {
+		return invalid(fmt.Errorf("invalid %s %q: %w", flag, addr, err))
+	}
+	return fmt.Errorf("%s %s: %w", flag, addr, err)
 }
 
 // execConfig maps the exec flags onto kinds.ExecConfig and checks it, so
@@ -196,6 +228,13 @@ func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg n
 		return err
 	}
 	defer s.Close()
+	if target.Kind == storedsn.SQLite {
+		if open := sqlite.ReadableByOthers(target.Path); len(open) > 0 {
+			log.Warn("the database's files are readable by other users of this host, with every payload and result "+
+				"in them: make them the node's user's alone (chmod 600), as the files created now are",
+				zap.Strings("files", open))
+		}
+	}
 	if _, err := s.Migrate(ctx, cfg.NumBuckets); err != nil {
 		return err
 	}
@@ -233,11 +272,17 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metr
 	shutdownCtx, force := context.WithCancel(context.WithoutCancel(ctx))
 	defer force()
 	done := make(chan struct{})
-	defer close(done)
+	watched := make(chan struct{})
+	defer func() {
+		close(done)
+		<-watched // nothing is logged once serveNode has returned
+	}()
 	go func() {
+		defer close(watched)
+		// Only a signal asks for a shutdown: a start that failed ends
+		// serveNode with its own error, which says what went wrong.
 		select {
 		case <-signals:
-		case <-runCtx.Done():
 		case <-done:
 			return
 		}
@@ -246,8 +291,9 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metr
 		stopRunning()
 		select {
 		case sig := <-signals:
-			log.Warn("forcing the exit: handlers still running are abandoned, and the buckets they run in "+
-				"are left to lapse so that their tasks are rescued after the lease expires; every other bucket is released",
+			log.Warn("forcing the exit: every handler is cancelled, and those that return within "+
+				node.ForcedExitGrace.String()+" have their tasks released to queued; the others are left running, "+
+				"their buckets to lapse, so that their tasks are rescued after the lease expires; every other bucket is released",
 				zap.String("signal", sig.String()), zap.String("node", n.ID()))
 			force()
 		case <-done:
@@ -258,7 +304,7 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metr
 		// rather than a running node.
 		ln, err := net.Listen("tcp", httpAddr)
 		if err != nil {
-			return fmt.Errorf("--http %s: %w", httpAddr, err)
+			return listenError("--http", httpAddr, err)
 		}
 		handler, closeUI, err := nodeHTTP(ctx, s, n, opts.ui, opts.uiToken, log)
 		if err != nil {

@@ -39,11 +39,11 @@ func scheduleCommand() *cli.Command {
 				}),
 			scheduleActionCommand("pause", "stop a schedule from firing",
 				func(c *cli.Context, client *flotilla.Client, name string) error {
-					return printSchedule(c, client.PauseSchedule, name)
+					return printSchedule(c, client, client.PauseSchedule, name)
 				}),
 			scheduleActionCommand("resume", "let a paused schedule fire again, from its next tick",
 				func(c *cli.Context, client *flotilla.Client, name string) error {
-					return printSchedule(c, client.ResumeSchedule, name)
+					return printSchedule(c, client, client.ResumeSchedule, name)
 				}),
 		},
 	}
@@ -193,14 +193,26 @@ func scheduleActionCommand(name, usage string, act func(*cli.Context, *flotilla.
 	}
 }
 
-// printSchedule applies change to the named schedule and prints the result.
-func printSchedule(c *cli.Context, change func(context.Context, string) (store.Schedule, error), name string) error {
+// printSchedule applies change to the named schedule and prints the
+// result, with the node that fires it as schedule list shows it.
+func printSchedule(c *cli.Context, client *flotilla.Client, change func(context.Context, string) (store.Schedule, error),
+	name string) error {
 	sc, err := change(c.Context, name)
 	if err != nil {
 		return err
 	}
 	if c.Bool(jsonFlag.Name) {
-		return printJSON(c.App.Writer, newScheduleJSON(flotilla.ScheduleReport{Schedule: sc}))
+		report := flotilla.ScheduleReport{Schedule: sc}
+		all, err := client.Schedules(c.Context)
+		if err != nil {
+			return err
+		}
+		for _, r := range all {
+			if r.Name == sc.Name {
+				report = r
+			}
+		}
+		return printJSON(c.App.Writer, newScheduleJSON(report))
 	}
 	state := "active, next at " + human(sc.NextFireAt)
 	if !sc.Enabled {
@@ -238,13 +250,15 @@ type scheduleJSON struct {
 }
 
 func newScheduleJSON(r flotilla.ScheduleReport) scheduleJSON {
-	timeout := ""
-	if r.Timeout > 0 {
-		timeout = r.Timeout.String()
+	// A schedule keeps 0 for "the default": its tasks get the default's
+	// attempts, which is what a script wants to read.
+	maxAttempts := r.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = store.DefaultMaxAttempts
 	}
 	return scheduleJSON{Name: r.Name, Spec: r.Spec, Timezone: r.Timezone, CatchUp: r.CatchUp, Kind: r.Kind,
 		Key: r.Key, Bucket: r.Bucket, Payload: rawOrNull(r.Payload), Priority: r.Priority,
-		MaxAttempts: r.MaxAttempts, Timeout: timeout, Enabled: r.Enabled, NextFireAt: jsonTime(r.NextFireAt),
+		MaxAttempts: maxAttempts, Timeout: jsonDuration(r.Timeout), Enabled: r.Enabled, NextFireAt: jsonTime(r.NextFireAt),
 		LastFireAt: jsonTime(r.LastFireAt), Holder: r.Holder, Waiting: r.Waiting}
 }
 

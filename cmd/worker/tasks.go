@@ -13,6 +13,7 @@ import (
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/store/sqlite"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -23,6 +24,36 @@ func connect(c *cli.Context) (*flotilla.Client, error) {
 		return nil, err
 	}
 	return flotilla.Connect(c.Context, dsn)
+}
+
+// connectRead opens a fleet client for a command that only reads: the
+// SQLite file is opened read-only, so that a read writes nothing, works on
+// a file this user may only read, and never creates one. done closes it.
+func connectRead(c *cli.Context) (client *flotilla.Client, done func(), err error) {
+	_, target, err := requireDSN(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := target.OpenReadOnly(c.Context)
+	if err != nil {
+		return nil, nil, noFileHint(err)
+	}
+	if client, err = flotilla.NewClient(c.Context, s); err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return client, s.Close, nil
+}
+
+// noFileHint adds to the refusal of a missing SQLite file the commands
+// that create one.
+func noFileHint(err error) error {
+	var noFile *sqlite.NoFileError
+	if !errors.As(err, &noFile) {
+		return err
+	}
+	return refused(fmt.Errorf("SQLite file %s does not exist: `worker migrate` or `worker run` with the same --dsn creates it",
+		noFile.Path))
 }
 
 func submitCommand() *cli.Command {
@@ -158,11 +189,11 @@ func getCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			r, err := client.Get(c.Context, id)
 			if errors.Is(err, store.ErrNotFound) {
 				return notFound(fmt.Errorf("no task %d", id))
@@ -230,11 +261,11 @@ func listCommand() *cli.Command {
 				}
 				f.Buckets = &set
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			if f.Buckets != nil {
 				if err := f.Buckets.CheckRange(client.Policy().Count()); err != nil {
 					return invalid(fmt.Errorf("invalid --bucket: %w", err))
@@ -284,11 +315,11 @@ func bucketsCommand() *cli.Command {
 			if c.IsSet("held-by") && c.Bool("unheld") {
 				return invalid(errors.New("give --held-by or --unheld, not both"))
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			all, err := client.Buckets(c.Context)
 			if err != nil {
 				return err
@@ -334,11 +365,11 @@ func nodesCommand() *cli.Command {
 			if err := noArgs(c, ""); err != nil {
 				return err
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			ns, err := client.Nodes(c.Context)
 			if err != nil {
 				return err
@@ -389,11 +420,11 @@ func showCommand[T any](name, usage string, read func(*flotilla.Client, context.
 			if err := noArgs(c, ""); err != nil {
 				return err
 			}
-			client, err := connect(c)
+			client, done, err := connectRead(c)
 			if err != nil {
 				return err
 			}
-			defer client.Close()
+			defer done()
 			items, err := read(client, c.Context)
 			if err != nil {
 				return err

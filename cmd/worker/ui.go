@@ -20,6 +20,7 @@ import (
 	"github.com/flotilla-dev/flotilla/store"
 	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 	"github.com/flotilla-dev/flotilla/store/postgres"
+	"github.com/flotilla-dev/flotilla/store/sqlite"
 )
 
 // uiTokenEnv stands in for --token-file: the dashboard's token, which turns
@@ -69,7 +70,7 @@ func uiCommand() *cli.Command {
 				s, err = postgres.New(ctx, dsn, postgres.WithStatementTimeout(qt), postgres.WithApplicationName("flotilla-ui"),
 					postgres.WithMaxConns(8))
 			} else {
-				s, err = target.Open(ctx)
+				s, err = openSQLiteDashboard(ctx, target, token != "")
 			}
 			if err != nil {
 				return err
@@ -95,6 +96,22 @@ func uiCommand() *cli.Command {
 			return srv.Shutdown(sctx)
 		},
 	}
+}
+
+// openSQLiteDashboard opens the SQLite file of the dashboard, never
+// creating one: read-only, unless its token allows actions (stop, pause,
+// resume), which write.
+func openSQLiteDashboard(ctx context.Context, target storedsn.Target, actions bool) (store.Store, error) {
+	if !actions {
+		s, err := target.OpenReadOnly(ctx)
+		return s, noFileHint(err)
+	}
+	if ok, err := target.Exists(); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, noFileHint(&sqlite.NoFileError{Path: target.Path})
+	}
+	return target.Open(ctx)
 }
 
 // uiToken reads the dashboard's token from the file flag named, or from

@@ -33,6 +33,11 @@ type taskJSON struct {
 	Result       json.RawMessage `json:"result"`
 	Error        string          `json:"error"`
 	Schedule     string          `json:"schedule"`
+	UniqueKey    string          `json:"unique_key,omitempty"`
+	Timeout      string          `json:"timeout"`
+	Pipeline     int64           `json:"pipeline,omitempty"`
+	Step         string          `json:"step,omitempty"`
+	Progress     json.RawMessage `json:"progress,omitempty"`
 	LimitKey     string          `json:"limit_key,omitempty"`
 	Resources    store.Resources `json:"resources,omitempty"`
 	WaitReason   string          `json:"wait_reason,omitempty"`
@@ -57,6 +62,15 @@ type eventJSON struct {
 	Error   string      `json:"error"`
 }
 
+// progressOrNone is a task's saved progress, nil (left out) when it saved
+// none.
+func progressOrNone(m json.RawMessage) json.RawMessage {
+	if len(m) == 0 || string(m) == "null" {
+		return nil
+	}
+	return m
+}
+
 func rawOrNull(m json.RawMessage) json.RawMessage {
 	if len(m) == 0 {
 		return json.RawMessage("null")
@@ -69,6 +83,8 @@ func newTaskJSON(t *task.Task) taskJSON {
 		ID: t.ID, Kind: t.Kind, Key: t.Key, Bucket: t.Bucket, Status: t.Status, Attempt: t.Attempt,
 		MaxAttempts: t.MaxAttempts, Priority: t.Priority, Node: t.Node, Epoch: t.Epoch,
 		Payload: rawOrNull(t.Payload), Result: rawOrNull(t.Result), Error: t.Error, Schedule: t.Schedule,
+		UniqueKey: t.UniqueKey, Timeout: jsonDuration(t.Timeout), Pipeline: t.Pipeline, Step: t.Step,
+		Progress:     progressOrNone(t.Progress),
 		ScheduledFor: jsonTime(t.ScheduledFor), RunAt: jsonTime(t.RunAt), CreatedAt: jsonTime(t.CreatedAt),
 		StartedAt: jsonTime(t.StartedAt), FinishedAt: jsonTime(t.FinishedAt),
 		LimitKey: t.LimitKey, Resources: t.Resources, WaitReason: t.WaitReason,
