@@ -403,7 +403,9 @@ type Transition struct {
 	Guard   *LeaseGuard
 	// NoWait fails the move with ErrBusy at once when another transaction
 	// holds the task's row locked, instead of waiting for it: reconcile
-	// skips such a task for one pass rather than stall on it.
+	// skips such a task for one pass rather than stall on it. On SQLite,
+	// whose writers lock the whole file, it fails so while another process
+	// holds the file's write lock.
 	NoWait bool
 }
 
