@@ -404,8 +404,9 @@ type Transition struct {
 	// NoWait fails the move with ErrBusy at once when another transaction
 	// holds the task's row locked, instead of waiting for it: reconcile
 	// skips such a task for one pass rather than stall on it. On SQLite,
-	// whose writers lock the whole file, it fails so while another process
-	// holds the file's write lock.
+	// whose every writer locks the whole file, the move waits a moment (50
+	// ms, which an ordinary write of another process takes well within)
+	// and fails so when another process holds the file's write lock longer.
 	NoWait bool
 }
 

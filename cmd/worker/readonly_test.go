@@ -20,7 +20,10 @@ func TestReadCommandsDoNotCreateTheFile(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	path := filepath.Join(dir, "flotilla.db")
-	for _, args := range readCommands {
+	// The dashboard too, read-only or with its actions.
+	t.Setenv(uiTokenEnv, "")
+	dashboards := [][]string{{"ui", "--listen", "127.0.0.1:0"}, {"ui", "--listen", "127.0.0.1:0", "--token-file", tokenFile(t)}}
+	for _, args := range append(readCommands, dashboards...) {
 		_, stderr, code := runWorker(t, args...)
 		if code != exitRefused {
 			t.Errorf("worker %s in an empty directory: exit %d, want %d; stderr: %s", strings.Join(args, " "), code, exitRefused, stderr)
@@ -55,4 +58,14 @@ func TestReadCommandsLeaveAnEmptyFileEmpty(t *testing.T) {
 			t.Fatalf("worker %s grew an empty file to %d bytes (%v)", strings.Join(args, " "), fi.Size(), err)
 		}
 	}
+}
+
+// tokenFile writes a dashboard token to a file of the test's.
+func tokenFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(strings.Repeat("t", 40)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -73,3 +73,24 @@ func BenchmarkClaimAndComplete(b *testing.B) {
 		done += len(claimed)
 	}
 }
+
+// BenchmarkConcurrentSmallWrites: many callers each creating one task at a
+// time, as submitters and a node's small writes do, so that the writer
+// commits them in groups; the time is per task.
+func BenchmarkConcurrentSmallWrites(b *testing.B) {
+	ctx := context.Background()
+	s := open(b, filepath.Join(b.TempDir(), "bench.db"))
+	if _, err := s.Migrate(ctx, 64); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 1}}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

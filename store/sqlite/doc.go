@@ -44,10 +44,13 @@
 // fails with store.ErrBusy, a renewal answers every attempt busy, and a
 // node whose writes keep failing past its local lease deadline behaves as a
 // partitioned node does: it stops claiming, and its late writes are fenced.
-// The writer waits for the lock a slice at a time, and between slices
-// answers store.ErrBusy at once to the ops that may not wait (a
-// Transition with NoWait, reconcile's): they never wait for another
-// process's lock, as on PostgreSQL they never wait for a locked row.
+// The writer waits for the lock a slice (50 ms) at a time, and after the
+// first answers store.ErrBusy to the ops that may not wait (a Transition
+// with NoWait, reconcile's): every writer takes the file's one lock, so
+// they wait that moment, which an ordinary write of another process takes
+// well within, and never stall behind a lock held longer (an operator's
+// open transaction, a frozen process), as on PostgreSQL they never wait for
+// a locked row.
 //
 // # Reads
 //

@@ -216,9 +216,10 @@ func TestBadPath(t *testing.T) {
 	}
 }
 
-// A move that may not wait (reconcile's) does not wait for another
+// A move that may not wait (reconcile's) does not stall behind another
 // process's lock on the file either, however long the busy timeout: it
-// fails with store.ErrBusy at once, and a write that may wait still waits.
+// fails with store.ErrBusy after a moment, and a write that may wait still
+// waits.
 func TestAMoveThatMayNotWaitDoesNotWaitForAnotherProcesssLock(t *testing.T) {
 	b := setup(t, sqlite.WithBusyTimeout(time.Hour))
 	running := b.running()

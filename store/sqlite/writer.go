@@ -98,7 +98,11 @@ func (o *op) seal() bool { return o.state.CompareAndSwap(opLive, opSealed) }
 // sealed already: the caller must wait for the batch's outcome.
 func (o *op) abandon() bool { return o.state.CompareAndSwap(opLive, opAbandoned) }
 
-func (o *op) abandoned() bool { return o.state.Load() == opAbandoned }
+// givenUp reports whether the op's caller has given up, abandoning the op
+// for it when its context has ended and it is still live.
+func (o *op) givenUp() bool {
+	return o.state.Load() == opAbandoned || o.ctx.Err() != nil && o.abandon()
+}
 
 // answer tells the op's caller its outcome (done has room for one).
 func (o *op) answer(err error) { o.done <- err }
@@ -372,7 +376,7 @@ func (w *writer) runTx(batch []*op) (rest []*op) {
 	defer cancel()
 	done := make([]ran, 0, len(batch))
 	for i, o := range batch {
-		if o.abandoned() || o.ctx.Err() != nil && o.abandon() {
+		if o.givenUp() {
 			o.answer(o.ctx.Err())
 			continue
 		}
@@ -422,7 +426,7 @@ func (w *writer) runTx(batch []*op) (rest []*op) {
 func (w *writer) dropAbandoned(batch []*op) []*op {
 	live := make([]*op, 0, len(batch))
 	for _, o := range batch {
-		if o.abandoned() || o.ctx.Err() != nil && o.abandon() {
+		if o.givenUp() {
 			o.answer(o.ctx.Err())
 			continue
 		}
@@ -433,14 +437,21 @@ func (w *writer) dropAbandoned(batch []*op) []*op {
 
 // lockSlice is how long one attempt at the write lock waits for another
 // process's transaction before the writer looks again at its ops: it takes
-// in those sent meanwhile, answers at once those that may not wait, and
-// drops those whose callers have given up.
+// in those sent meanwhile, answers those that may not wait, and drops those
+// whose callers have given up.
+//
+// It is also all that an op that may not wait waits: every writer of the
+// file takes the one lock, whatever rows it writes, and an ordinary
+// transaction of another process ends well within it, while a lock held
+// longer (an operator's open transaction, a frozen process) is the one that
+// a move that may not wait must not stall on, as on PostgreSQL it must not
+// stall on a locked row.
 const lockSlice = 50 * time.Millisecond
 
 // begin takes the write lock and opens the batch's transaction, and
 // returns the batch's ops that are still to run. Ops that may not wait are
-// answered store.ErrBusy while another process holds the lock, those sent
-// while the writer waits for it included.
+// answered store.ErrBusy once one slice of waiting has not got the lock,
+// those sent while the writer waits for it included.
 //
 // The lock is waited for no longer than the busy timeout, nor than the
 // most patient caller of the batch: a writer stuck behind another
@@ -454,11 +465,7 @@ func (w *writer) begin(batch []*op) ([]*op, error) {
 		}
 		wait := w.lockWait(batch, started)
 		noWait := slices.ContainsFunc(batch, func(o *op) bool { return o.noWait })
-		try := min(wait, lockSlice)
-		if noWait {
-			try = 0
-		}
-		err := w.beginWithin(try)
+		err := w.beginWithin(min(wait, lockSlice))
 		if err == nil || !errors.Is(err, store.ErrBusy) {
 			return batch, err
 		}
