@@ -296,9 +296,7 @@ func (s *Store) send(ctx context.Context, o *op) error {
 func (w *writer) loop() {
 	defer close(w.done)
 	defer func() {
-		for _, st := range w.stmts {
-			_ = st.Close()
-		}
+		w.closeStmts()
 		if w.conn != nil {
 			_ = w.conn.Close()
 		}
@@ -543,15 +541,20 @@ func (w *writer) endTx() {
 // a closed connection's locks, and its transaction with them), and takes a
 // new one from the writer's pool, with the hooks registered.
 func (w *writer) reconnect() {
-	for _, st := range w.stmts {
-		_ = st.Close()
-	}
-	clear(w.stmts)
+	w.closeStmts()
 	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = w.conn.Close()
 	w.conn = nil
 	w.busy = -1 // unknown: set again at the next BEGIN
 	_ = w.connect()
+}
+
+// closeStmts closes the writer's prepared statements and forgets them.
+func (w *writer) closeStmts() {
+	for _, st := range w.stmts {
+		_ = st.Close()
+	}
+	clear(w.stmts)
 }
 
 // connect takes the writer's connection from its pool, if it has none,

@@ -54,9 +54,7 @@ func (b *writerBundle) handWriter() *writer {
 		b.t.Fatal(err)
 	}
 	b.t.Cleanup(func() {
-		for _, st := range w.stmts {
-			_ = st.Close()
-		}
+		w.closeStmts()
 		if w.conn != nil {
 			_ = w.conn.Close()
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,7 +117,7 @@ func TestReadCommandsReadAFileThisUserMayOnlyRead(t *testing.T) {
 		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
 	bin := filepath.Join(t.TempDir(), "worker")
-	copyExecutable(t, workerBinary, bin)
+	copyFile(t, workerBinary, bin, 0o755) // a file another user may run
 	for _, d := range []string{filepath.Dir(filepath.Dir(bin)), filepath.Dir(bin), filepath.Dir(dir)} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -191,25 +190,5 @@ func TestReadCommandsReadAFileThisUserMayOnlyRead(t *testing.T) {
 	if r := as("get", strconv.FormatInt(fresh.ID, 10)); r.code != 0 || !strings.Contains(r.stdout, "fresh") {
 		t.Errorf("worker get of a task a live process wrote, on a file this user may only read: exit %d\n%s%s",
 			r.code, r.stdout, r.stderr)
-	}
-}
-
-// copyExecutable copies the binary at from to a file another user may run.
-func copyExecutable(t *testing.T, from, to string) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
