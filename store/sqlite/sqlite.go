@@ -213,9 +213,12 @@ func describeOpenError(path string, err error) error {
 	}
 	dir := filepath.Dir(path)
 	switch se.Code() {
-	case sqlite3.SQLITE_READONLY_DIRECTORY, sqlite3.SQLITE_CANTOPEN:
+	case sqlite3.SQLITE_READONLY_DIRECTORY:
 		return fmt.Errorf("the directory %s is not writable by this user, and SQLite keeps the database's "+
 			"-wal and -shm files beside it: give the node's user write permission on the directory (%s)", dir, shortError(se))
+	case sqlite3.SQLITE_CANTOPEN:
+		return fmt.Errorf("SQLite cannot open it: the directory %s must exist and be writable by this user, since "+
+			"SQLite keeps the database's -wal and -shm files beside it (%s)", dir, shortError(se))
 	case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_READONLY_RECOVERY, sqlite3.SQLITE_READONLY_CANTINIT,
 		sqlite3.SQLITE_READONLY_CANTLOCK, sqlite3.SQLITE_READONLY_DBMOVED:
 		return fmt.Errorf("the file or its -wal and -shm files are not writable by this user (%s)", shortError(se))
