@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"regexp"
@@ -23,7 +22,7 @@ var (
 	}
 	dsnFileFlag = &cli.StringFlag{
 		Name:  "dsn-file",
-		Usage: "read the PostgreSQL connection string from this file (surrounding whitespace is ignored); keep it readable by the node's user only",
+		Usage: "read the PostgreSQL connection string from this file (surrounding whitespace is ignored); refused unless only its owner may read it (chmod 600)",
 	}
 	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 )
@@ -55,13 +54,9 @@ func lookupDSN(c *cli.Context) (string, dsnOrigin, error) {
 		return "", dsnMissing, invalid(errors.New("--dsn and --dsn-file both give the connection string: give one of them"))
 	case fromFile:
 		path := c.String(dsnFileFlag.Name)
-		raw, err := os.ReadFile(path)
+		raw, err := readSecretFile(dsnFileFlag.Name, path)
 		if err != nil {
-			var pathErr *fs.PathError
-			if errors.As(err, &pathErr) {
-				err = pathErr.Err
-			}
-			return "", dsnMissing, invalid(fmt.Errorf("--dsn-file %s cannot be read: %w", path, err))
+			return "", dsnMissing, err
 		}
 		dsn := strings.TrimSpace(string(raw))
 		if dsn == "" {
