@@ -13,7 +13,8 @@
 //
 // A Recorder is a node.Metrics: it counts what the completer wrote
 // (Flushed) and what reconcile moved (Rescued), and passes every call on to
-// Options.Next. The minute is the node's clock's. Counts not yet written
+// Options.Next, the optional ones too (node.LimitMetrics, and /metrics as an
+// http.Handler), so that it can stand where Next stood. The minute is the node's clock's. Counts not yet written
 // when a node dies are lost (at most Options.Every of them); a write that
 // fails is tried again with the next one, and counts older than the store
 // keeps (store.MinuteCountsKept) are dropped.
@@ -22,6 +23,7 @@ package rollup
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -73,7 +75,11 @@ type Recorder struct {
 	once   sync.Once
 }
 
-var _ node.Metrics = (*Recorder)(nil)
+var (
+	_ node.Metrics      = (*Recorder)(nil)
+	_ node.LimitMetrics = (*Recorder)(nil)
+	_ http.Handler      = (*Recorder)(nil)
+)
 
 // New returns a Recorder for s.
 func New(s store.Store, opts Options) *Recorder {
@@ -242,4 +248,22 @@ func (r *Recorder) Pruned(bucket int, res store.PruneResult, err error) {
 	if r.opts.Next != nil {
 		r.opts.Next.Pruned(bucket, res, err)
 	}
+}
+
+// LimitsRefreshed passes the node's limit use on to Next, when it follows
+// limits.
+func (r *Recorder) LimitsRefreshed(uses []node.LimitUse) {
+	if lm, ok := r.opts.Next.(node.LimitMetrics); ok {
+		lm.LimitsRefreshed(uses)
+	}
+}
+
+// ServeHTTP serves Next's /metrics, when Next serves HTTP; nothing
+// otherwise.
+func (r *Recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if h, ok := r.opts.Next.(http.Handler); ok {
+		h.ServeHTTP(w, req)
+		return
+	}
+	http.NotFound(w, req)
 }

@@ -3,6 +3,8 @@ package rollup
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -42,11 +44,30 @@ func (f *flakyStore) AddMinuteCounts(ctx context.Context, nodeID string, c []sto
 // nextMetrics records what is passed on.
 type nextMetrics struct {
 	node.Metrics
-	flushed, rescued int
+	flushed, rescued, limits, served int
 }
 
 func (n *nextMetrics) Flushed([]node.Finished, time.Duration, error) { n.flushed++ }
 func (n *nextMetrics) Rescued(reconcile.Report)                      { n.rescued++ }
+func (n *nextMetrics) LimitsRefreshed([]node.LimitUse)               { n.limits++ }
+func (n *nextMetrics) ServeHTTP(http.ResponseWriter, *http.Request)  { n.served++ }
+
+// TestRecorderStandsWhereItsNextStood: the optional interfaces of the
+// metrics it wraps (limits, /metrics) are passed on, or answered as absent.
+func TestRecorderStandsWhereItsNextStood(t *testing.T) {
+	next := &nextMetrics{}
+	rec := New(nil, Options{Next: next})
+	rec.LimitsRefreshed(nil)
+	rec.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if next.limits != 1 || next.served != 1 {
+		t.Errorf("passed on %d limit refreshes and %d requests, want 1 each", next.limits, next.served)
+	}
+	w := httptest.NewRecorder()
+	New(nil, Options{}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if w.Code != http.StatusNotFound {
+		t.Errorf("/metrics without a next: %d, want 404", w.Code)
+	}
+}
 
 func TestRecorderCountsEndedAttemptsPerMinuteAndWritesThem(t *testing.T) {
 	ctx := context.Background()
