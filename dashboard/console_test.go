@@ -384,6 +384,7 @@ func TestTheFleetPageCountsByKindAndChartsAttempts(t *testing.T) {
 	for _, want := range []string{
 		`<tr data-kind="email"><td><a href="/tasks?kind=email">email</a></td>`,
 		`<a href="/tasks?kind=email&amp;state=queued">2</a>`, `<a href="/tasks?kind=report&amp;state=scheduled">1</a>`,
+		`<span class="zero">0</span>`, "60 min ago", "24 h ago",
 		`<a href="/tasks?kind=email&amp;state=succeeded">40</a>`, `<a class="bad failed-count" href="/tasks?kind=email&amp;state=failed">2</a>`,
 		"the last hour, per minute: <span class=\"ok\">40 succeeded</span>, <span class=\"bad\">2 failed</span>",
 		"the last day, per 10 minutes: <span class=\"ok\">47 succeeded</span>",

@@ -72,10 +72,12 @@ func (s *Server) counts(ctx context.Context) (countsView, error) {
 			return countsView{}, err
 		}
 		c.Day = makeChart(day, dayFrom, dayBin, 144, "the last day, per 10 minutes")
+		c.Day.From = "24 h ago"
 		c.Rollup = len(day) > 0
 		s.cache.dayAt = now
 	}
 	c.Hour = makeChart(hour, hourFrom, time.Minute, 60, "the last hour, per minute")
+	c.Hour.From = "60 min ago"
 	c.Kinds = kindRows(unfinished, hour)
 	s.cache.counts, s.cache.countsAt = c, now
 	return c, nil
@@ -127,6 +129,7 @@ func kindRows(unfinished []store.KindCount, hour []store.MinuteCount) []kindRow 
 // bar is the successes, with the failures stacked on them.
 type chart struct {
 	Caption   string
+	From      string // the left end, in words
 	Bars      []bar
 	Max       int // the tallest bar's total
 	Succeeded int
