@@ -111,6 +111,20 @@ func RetryStepOf(p Pipeline, t *task.Task) (string, error) {
 	return t.Step, nil
 }
 
+// LinkRetried calls link with each step run again (names), its task before
+// the retry (in before) and its task after (in after), in names' order,
+// and stops at its first error: the links a RetryTask records.
+func LinkRetried(before, after Pipeline, names []string, link func(old, fresh int64, step string) error) error {
+	for _, n := range names {
+		old, _ := before.Step(n)
+		fresh, _ := after.Step(n)
+		if err := link(old.Task.ID, fresh.Task.ID, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PipelineFilter selects pipelines in ListPipelines, newest first.
 type PipelineFilter struct {
 	BeforeID int64 // cursor: only ids below this; 0 starts at the newest

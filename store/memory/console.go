@@ -58,10 +58,11 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 		return nil, err
 	}
 	now := db.now()
-	link := func(old, fresh *taskRecord, step string) {
-		fresh.events[0].Reason = store.RetryReason(req, step)
-		db.console.retried[old.ID] = store.RetryLink{TaskID: old.ID, RetryID: fresh.ID, By: req.By, At: now}
-		db.console.retryOf[fresh.ID] = old.ID
+	link := func(old, fresh int64, step string) error {
+		db.task(fresh).events[0].Reason = store.RetryReason(req, step)
+		db.console.retried[old] = store.RetryLink{TaskID: old, RetryID: fresh, By: req.By, At: now}
+		db.console.retryOf[fresh] = old
+		return nil
 	}
 	if rec.Pipeline == 0 {
 		nt := store.RetryTaskOf(&rec.Task)
@@ -72,7 +73,7 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 		if fresh.Status == task.Queued {
 			db.announceTasks(fresh.Bucket)
 		}
-		link(rec, fresh, "")
+		_ = link(rec.ID, fresh.ID, "") // it does not fail
 		return fresh.snapshot(), nil
 	}
 	p := db.pipelines[rec.Pipeline-1]
@@ -85,14 +86,8 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 	if err != nil {
 		return nil, err
 	}
-	old := map[string]*taskRecord{}
-	for _, n := range names {
-		old[n] = db.task(p.byName[n].current())
-	}
 	db.createSteps(p, store.RetrySteps(view, names), moveDetails{}, now)
-	for _, n := range names {
-		link(old[n], db.task(p.byName[n].current()), n)
-	}
+	_ = store.LinkRetried(view, db.pipelineView(p), names, link) // link does not fail
 	return db.task(p.byName[step].current()).snapshot(), nil
 }
 

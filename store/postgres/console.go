@@ -78,47 +78,16 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 		if err != nil {
 			return err
 		}
-		names, err := store.RetryPlan(p, step)
-		if err != nil {
+		var (
+			after store.Pipeline
+			names []string
+		)
+		if after, names, due, err = retryFrom(ctx, tx, h, p, step); err != nil {
 			return err
 		}
-		again := map[string]bool{}
-		for _, n := range names {
-			again[n] = true
-		}
-		current, old := map[string]int64{}, map[string]int64{}
-		var open []int64
-		for _, st := range p.Steps {
-			if again[st.Name] {
-				old[st.Name] = st.Task.ID
-				continue
-			}
-			current[st.Name] = st.Task.ID
-			if !st.Task.Status.Terminal() {
-				open = append(open, st.Task.ID)
-			}
-		}
-		status, err := lockedStatuses(ctx, tx, p, open)
-		if err != nil {
-			return err
-		}
-		if due, err = createSteps(ctx, tx, h, store.RetrySteps(p, names), current, status, "", 0); err != nil {
-			return err
-		}
-		after, err := loadPipeline(ctx, tx, h)
-		if err != nil {
-			return err
-		}
-		for _, name := range names {
-			st, _ := after.Step(name)
-			if err := link(old[name], st.Task.ID, name); err != nil {
-				return err
-			}
-			if name == step {
-				out = st.Task
-			}
-		}
-		return nil
+		cur, _ := after.Step(step)
+		out = cur.Task
+		return store.LinkRetried(p, after, names, link)
 	})
 	if err != nil {
 		return nil, err

@@ -67,42 +67,13 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 		if err != nil {
 			return err
 		}
-		names, err := store.RetryPlan(p, step)
+		after, names, err := retryFrom(tx, h, p, step)
 		if err != nil {
 			return err
 		}
-		again := map[string]bool{}
-		for _, n := range names {
-			again[n] = true
-		}
-		current := map[string]int64{}
-		old := map[string]int64{}
-		status := map[string]task.Status{}
-		for _, st := range p.Steps {
-			status[st.Name] = st.Task.Status
-			if again[st.Name] {
-				old[st.Name] = st.Task.ID
-			} else {
-				current[st.Name] = st.Task.ID
-			}
-		}
-		if err := createSteps(tx, h, store.RetrySteps(p, names), current, status, moveDetails{}); err != nil {
-			return err
-		}
-		after, err := loadPipeline(tx.ctx, tx.conn, h)
-		if err != nil {
-			return err
-		}
-		for _, name := range names {
-			st, _ := after.Step(name)
-			if err := link(old[name], st.Task.ID, name); err != nil {
-				return err
-			}
-			if name == step {
-				out = st.Task
-			}
-		}
-		return nil
+		cur, _ := after.Step(step)
+		out = cur.Task
+		return store.LinkRetried(p, after, names, link)
 	})
 	if err != nil {
 		return nil, requireSchema(err)
