@@ -138,18 +138,13 @@ func (s *Server) pipelineLive(w http.ResponseWriter, r *http.Request) {
 // pipelineAction stops, pauses or resumes a pipeline's steps, or runs one
 // step again with its descendants, in the operator's name.
 func (s *Server) pipelineAction(w http.ResponseWriter, r *http.Request, sess *session) {
-	id, err := parseID(r, "pipeline")
+	id, action, reason, err := actionOn(r, "pipeline")
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	action := r.PathValue("action")
 	ctx, cancel := s.query(r)
 	defer cancel()
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if reason == "" {
-		reason = "from the dashboard"
-	}
 	target := fmt.Sprintf("/pipelines/%d", id)
 	if action == "retry" {
 		step := r.PostFormValue("step")

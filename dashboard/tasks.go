@@ -124,23 +124,30 @@ func parseID(r *http.Request, what string) (int64, error) {
 	return id, nil
 }
 
+// actionOn reads what an action names: the id of the task or pipeline in
+// the path, the action, and the reason the form gives ("from the dashboard"
+// when none).
+func actionOn(r *http.Request, what string) (id int64, action, reason string, err error) {
+	id, err = parseID(r, what)
+	reason = strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" {
+		reason = "from the dashboard"
+	}
+	return id, r.PathValue("action"), reason, err
+}
+
 // taskAction stops, pauses, resumes or retries a task in the name of the
 // session's operator. Stop, pause and resume go through package commands:
 // a running task gets a command, and the page then follows its
 // acknowledgement. A retry is a new task, whose page comes next.
 func (s *Server) taskAction(w http.ResponseWriter, r *http.Request, sess *session) {
-	id, err := parseID(r, "task")
+	id, action, reason, err := actionOn(r, "task")
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	action := r.PathValue("action")
 	ctx, cancel := s.query(r)
 	defer cancel()
-	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	if reason == "" {
-		reason = "from the dashboard"
-	}
 	if action == "retry" {
 		fresh, err := s.cfg.Store.RetryTask(ctx, store.RetryRequest{ID: id, By: sess.Actor(), Reason: reason})
 		if err != nil {

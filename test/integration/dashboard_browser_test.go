@@ -165,6 +165,20 @@ func evalUntil[T any](t *testing.T, ctx context.Context, what, js string, check 
 	return got
 }
 
+// signInAs signs in to the dashboard at base as name, and waits for the
+// fleet page's element shown.
+func signInAs(t *testing.T, ctx context.Context, base, name, shown string) {
+	t.Helper()
+	run(t, ctx, "sign in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(chromedp.CSS("#name")),
+		chromedp.SendKeys(chromedp.CSS("#name"), name),
+		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS(shown)),
+	)
+}
+
 var dashboardAddr = regexp.MustCompile(`serving the dashboard\s+\{"addr": "([^"]+)"`)
 
 // startUI starts `worker ui` on a free port and returns its base URL.
@@ -204,15 +218,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	base := startUI(t, f)
 	ctx := browser(t)
 
-	// Sign in: the actions need the token, and the trail names the operator.
-	run(t, ctx, "sign in",
-		chromedp.Navigate(base+"/login"),
-		chromedp.WaitVisible(chromedp.CSS("#name")),
-		chromedp.SendKeys(chromedp.CSS("#name"), "operator"),
-		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
-		chromedp.Click(chromedp.CSS("#signin")),
-		chromedp.WaitVisible(chromedp.CSS("#buckets")),
-	)
+	// Sign in: the pages and actions need the token, and the trail names
+	// the operator.
+	signInAs(t, ctx, base, "operator", "#buckets")
 	holders := evalUntil(t, ctx, "the bucket map shows both holders",
 		`Array.from(document.querySelectorAll('#buckets a.b')).map(a => a.dataset.holder)`,
 		func(hs []string) bool { return slices.Contains(hs, "alpha") && slices.Contains(hs, "beta") })
@@ -383,14 +391,7 @@ func TestConsoleFindsAndFixesAFailedPipelineStep(t *testing.T) {
 	f.waitForTask(transform.Task.ID, "failed", func(tk *task.Task) bool { return tk.Status == task.Failed })
 
 	ctx := browser(t)
-	run(t, ctx, "sign in",
-		chromedp.Navigate(base+"/login"),
-		chromedp.WaitVisible(chromedp.CSS("#name")),
-		chromedp.SendKeys(chromedp.CSS("#name"), "operator"),
-		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
-		chromedp.Click(chromedp.CSS("#signin")),
-		chromedp.WaitVisible(chromedp.CSS("#kinds")),
-	)
+	signInAs(t, ctx, base, "operator", "#kinds")
 	// The fleet page counts the failures of the last hour by kind, from
 	// the counts the node writes every few seconds.
 	evalUntil(t, ctx, "the fleet page counts the exec failures",
