@@ -27,6 +27,10 @@ func (s *Server) resume(ctx context.Context, id int64, reason, by string) (comma
 
 func zapActor(s *session) zap.Field     { return zap.String("actor", s.Actor()) }
 func zapTask(id int64) zap.Field        { return zap.Int64("task", id) }
+func zapRetry(id int64) zap.Field       { return zap.Int64("retry", id) }
+func zapPipeline(id int64) zap.Field    { return zap.Int64("pipeline", id) }
+func zapStep(name string) zap.Field     { return zap.String("step", name) }
+func zapSteps(n int) zap.Field          { return zap.Int("steps", n) }
 func zapAction(a string) zap.Field      { return zap.String("action", a) }
 func zapStatus(st string) zap.Field     { return zap.String("status", st) }
 func zapSchedule(name string) zap.Field { return zap.String("schedule", name) }

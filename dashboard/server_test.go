@@ -36,7 +36,8 @@ type testBundle struct {
 }
 
 // setup serves a dashboard over a memory store; token "" is read-only.
-func setup(t *testing.T, token string) *testBundle {
+// configure, when given, changes the dashboard's Config before New.
+func setup(t *testing.T, token string, configure ...func(*Config)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	s := memory.New()
@@ -44,15 +45,27 @@ func setup(t *testing.T, token string) *testBundle {
 	if _, err := s.Migrate(ctx, testBuckets); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(ctx, Config{Store: s, Token: token, LiveInterval: 10 * time.Millisecond, LiveFor: 200 * time.Millisecond})
+	cfg := Config{Store: s, Token: token, LiveInterval: 10 * time.Millisecond, LiveFor: 200 * time.Millisecond}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(d)
 	t.Cleanup(func() { d.Close(); srv.Close() })
+	b := &testBundle{t: t, ctx: ctx, store: s, srv: srv, dash: d}
+	return setupClient(b)
+}
+
+// setupClient is another browser on b's dashboard: a cookie jar of its
+// own, no redirect followed.
+func setupClient(b *testBundle) *testBundle {
 	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &testBundle{t: t, ctx: ctx, store: s, srv: srv, dash: d, http: client}
+	c := *b
+	c.http = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &c
 }
 
 func (b *testBundle) do(req *http.Request) (int, string, http.Header) {
@@ -91,6 +104,8 @@ func (b *testBundle) post(path string, form url.Values, header ...string) (int, 
 	return b.do(req)
 }
 
+var csrfField = regexp.MustCompile(`name="csrf" value="([A-Za-z0-9_-]+)"`)
+
 // login signs in as name and returns the CSRF token of the session.
 func (b *testBundle) login(name string) string {
 	b.t.Helper()
@@ -99,7 +114,7 @@ func (b *testBundle) login(name string) string {
 		b.t.Fatalf("sign-in: %d %s", status, body)
 	}
 	_, page, _ := b.get("/fleet")
-	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(page)
+	m := csrfField.FindStringSubmatch(page)
 	if m == nil {
 		b.t.Fatalf("no CSRF token on the page after signing in:\n%s", page)
 	}
@@ -152,7 +167,13 @@ func TestEveryPageRendersWithARestrictiveContentSecurityPolicy(t *testing.T) {
 		Enabled: true, NextFireAt: time.Now().Add(time.Hour)}, store.UpsertCreate); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/fleet", "/tasks", fmt.Sprintf("/tasks/%d", tk.ID), "/schedules", "/login", "/static/app.js", "/static/app.css"} {
+	p, err := b.store.CreatePipeline(b.ctx, store.NewPipeline{Name: "etl", Steps: []task.Step{{Name: "a", Kind: "noop"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.login("alice")
+	for _, path := range []string{"/fleet", "/tasks", fmt.Sprintf("/tasks/%d", tk.ID), "/schedules", "/login", "/static/app.js",
+		"/static/app.css", "/pipelines", fmt.Sprintf("/pipelines/%d", p.ID), "/tasks/bulk?state=queued&action=stop"} {
 		status, body, h := b.get(path)
 		if status != http.StatusOK {
 			t.Errorf("GET %s: %d\n%s", path, status, body)
@@ -187,6 +208,7 @@ func TestHostileKeysPayloadsAndErrorsAreEscaped(t *testing.T) {
 	if err != nil || out[0].Err != nil {
 		t.Fatal(err, out)
 	}
+	b.login("alice")
 	pages := []string{"/tasks", fmt.Sprintf("/tasks/%d", created.ID), fmt.Sprintf("/tasks/%d", tk.ID),
 		"/tasks?key=" + url.QueryEscape(hostile), "/tasks?payload=" + url.QueryEscape(`{"note":"`+hostile+`"}`)}
 	for _, path := range pages {
@@ -212,7 +234,9 @@ func TestAReadOnlyDashboardRefusesEveryAction(t *testing.T) {
 	if strings.Contains(page, `id="stop"`) || strings.Contains(page, "Sign in") {
 		t.Errorf("a read-only dashboard offers actions:\n%s", page)
 	}
-	for _, path := range []string{fmt.Sprintf("/tasks/%d/stop", tk.ID), fmt.Sprintf("/tasks/%d/pause", tk.ID), "/schedules/x/pause", "/login"} {
+	for _, path := range []string{fmt.Sprintf("/tasks/%d/stop", tk.ID), fmt.Sprintf("/tasks/%d/pause", tk.ID),
+		fmt.Sprintf("/tasks/%d/retry", tk.ID), fmt.Sprintf("/tasks/%d/reveal", tk.ID), "/schedules/pause", "/tasks/bulk",
+		"/pipelines/1/stop", "/login"} {
 		status, body, _ := b.post(path, url.Values{"csrf": {"anything"}, "name": {"a"}, "token": {""}})
 		if status != http.StatusForbidden || !strings.Contains(body, "read-only") {
 			t.Errorf("POST %s on a read-only dashboard: %d, want 403 saying it is read-only\n%s", path, status, body)
@@ -230,6 +254,8 @@ func TestActionsNeedASessionAndItsCSRFToken(t *testing.T) {
 	if status, _, _ := b.post(stop, url.Values{"csrf": {"0000"}}); status != http.StatusUnauthorized {
 		t.Errorf("a stop without a session: %d, want 401", status)
 	}
+	other := setupClient(b)
+	otherCSRF := other.login("mallory")
 	csrf := b.login("alice")
 	cases := []struct {
 		name   string
@@ -238,7 +264,7 @@ func TestActionsNeedASessionAndItsCSRFToken(t *testing.T) {
 	}{
 		{"no CSRF token", url.Values{}, nil},
 		{"a wrong CSRF token", url.Values{"csrf": {strings.Repeat("0", len(csrf))}}, nil},
-		{"another session's CSRF token", url.Values{"csrf": {b.dash.keys.csrf(&session{Name: "alice", nonce: "other"})}}, nil},
+		{"another session's CSRF token", url.Values{"csrf": {otherCSRF}}, nil},
 		{"another origin", url.Values{"csrf": {csrf}}, []string{"Origin", "https://evil.example"}},
 	}
 	for _, c := range cases {
@@ -327,11 +353,19 @@ func TestPauseResumeAndStopOfAWaitingTaskAreDirect(t *testing.T) {
 	}{{"pause", task.Paused}, {"resume", task.Queued}, {"stop", task.Cancelled}}
 	for _, s := range steps {
 		status, _, h := b.post(fmt.Sprintf("/tasks/%d/%s", tk.ID, s.action), url.Values{"csrf": {csrf}})
-		if status != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "done=") {
+		if status != http.StatusSeeOther || h.Get("Location") != fmt.Sprintf("/tasks/%d", tk.ID) {
 			t.Fatalf("%s: %d to %q", s.action, status, h.Get("Location"))
 		}
 		if got := b.status(tk.ID); got != s.want {
 			t.Fatalf("after %s the task is %s, want %s", s.action, got, s.want)
+		}
+		// The notice is shown once, on the next page.
+		_, page, _ := b.get(h.Get("Location"))
+		if want := fmt.Sprintf("%s by ui:bob: task %d is %s", s.action, tk.ID, s.want); !strings.Contains(page, want) {
+			t.Errorf("after %s the page does not say %q:\n%s", s.action, want, page)
+		}
+		if _, again, _ := b.get(h.Get("Location")); strings.Contains(again, `id="flash"`) {
+			t.Errorf("the notice of %s is shown twice", s.action)
 		}
 	}
 	events, err := b.store.TaskEvents(b.ctx, tk.ID)
@@ -348,7 +382,7 @@ func TestPauseResumeAndStopOfAWaitingTaskAreDirect(t *testing.T) {
 	if status != http.StatusConflict {
 		t.Errorf("pause of a cancelled task: %d, want 409\n%s", status, body)
 	}
-	if status, _, _ := b.post(fmt.Sprintf("/tasks/%d/retry", tk.ID), url.Values{"csrf": {csrf}}); status != http.StatusNotFound {
+	if status, _, _ := b.post(fmt.Sprintf("/tasks/%d/bogus", tk.ID), url.Values{"csrf": {csrf}}); status != http.StatusNotFound {
 		t.Errorf("an unknown action: %d, want 404", status)
 	}
 }
@@ -364,7 +398,7 @@ func TestSchedulesPauseAndResume(t *testing.T) {
 		action  string
 		enabled bool
 	}{{"pause", false}, {"resume", true}} {
-		status, _, h := b.post("/schedules/hourly/"+step.action, url.Values{"csrf": {csrf}})
+		status, _, h := b.post("/schedules/"+step.action, url.Values{"csrf": {csrf}, "name": {"hourly"}})
 		if status != http.StatusSeeOther {
 			t.Fatalf("%s: %d", step.action, status)
 		}
@@ -377,7 +411,7 @@ func TestSchedulesPauseAndResume(t *testing.T) {
 			t.Errorf("the schedules page does not say who acted:\n%s", page)
 		}
 	}
-	if status, _, _ := b.post("/schedules/missing/pause", url.Values{"csrf": {csrf}}); status != http.StatusNotFound {
+	if status, _, _ := b.post("/schedules/pause", url.Values{"csrf": {csrf}, "name": {"missing"}}); status != http.StatusNotFound {
 		t.Errorf("pause of a missing schedule: %d, want 404", status)
 	}
 }
@@ -395,11 +429,11 @@ func TestTaskFiltersAndKeysetPages(t *testing.T) {
 	if next == nil {
 		t.Fatalf("no next page link with %d tasks", len(created))
 	}
-	if got := strings.Count(page, `<tr><td><a href="/tasks/`); got != PageSize {
+	if got := strings.Count(page, `<tr data-task=`); got != PageSize {
 		t.Errorf("first page has %d tasks, want %d", got, PageSize)
 	}
 	_, page2, _ := b.get(strings.ReplaceAll(next[1], "&amp;", "&"))
-	if got := strings.Count(page2, `<tr><td><a href="/tasks/`); got != 5 || strings.Contains(page2, `id="next"`) {
+	if got := strings.Count(page2, `<tr data-task=`); got != 5 || strings.Contains(page2, `id="next"`) {
 		t.Errorf("second page has %d tasks, want 5 and no next link", got)
 	}
 	if !strings.Contains(page2, fmt.Sprintf(`href="/tasks/%d"`, created[0].ID)) {
@@ -462,7 +496,7 @@ func TestTheLiveStreamSendsTheFleetAsEvents(t *testing.T) {
 	if status != http.StatusOK || h.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("GET /fleet/live: %d %s", status, h.Get("Content-Type"))
 	}
-	events := strings.Count(body, "event: fleet\n")
+	events := strings.Count(body, "event: fleet-live\n")
 	if events < 2 || !strings.Contains(body, `data: <div class="grid" id="buckets">`) {
 		t.Errorf("the stream (ended after LiveFor) carries %d fleet events:\n%s", events, body)
 	}

@@ -26,6 +26,10 @@ import (
 const (
 	DefaultExecGrace     = 10 * time.Second
 	DefaultExecTailBytes = 4096
+	// DefaultExecFailureTailBytes is how much of the end of each stream an
+	// attempt that failed keeps: enough for a stack trace or a compiler's
+	// errors, and both streams fit task.MaxResultBytes.
+	DefaultExecFailureTailBytes = 64 << 10
 )
 
 // outputDrainTimeout bounds how long the handler keeps reading a child's
@@ -71,8 +75,14 @@ type ExecConfig struct {
 	// Zero or less means DefaultExecGrace.
 	Grace time.Duration
 	// TailBytes is how much of the end of stdout, and of stderr, is kept
-	// for the result. Zero or less means DefaultExecTailBytes.
+	// for the result of a child that succeeded. Zero or less means
+	// DefaultExecTailBytes.
 	TailBytes int
+	// FailureTailBytes is as much for a child that failed, was killed or
+	// was stopped: the operator who finds it failed reads why there. Zero
+	// or less means DefaultExecFailureTailBytes. The result never passes
+	// task.MaxResultBytes: tails that would, once encoded, are cut.
+	FailureTailBytes int
 	// AllowedEnv lists the environment variables a payload may set. Empty
 	// allows none: a task whose payload sets any fails without running.
 	// Names that make common programs run code of the submitter's choosing
@@ -108,15 +118,16 @@ type ExecPayload struct {
 }
 
 // ExecResult is the result of an exec task, set on t.Result whenever the
-// child ran, whether it succeeded or not. (The node stores a result only with
-// a success today; the failure's error carries the last line of stderr.)
+// child ran, whether it succeeded or not; the node keeps it with the
+// attempt's end either way, and the dashboard shows it. The failure's error
+// also carries the last line of stderr.
 type ExecResult struct {
 	// ExitCode is the child's exit status, or -1 when a signal ended it.
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that ended the child ("SIGSEGV"), if any.
 	Signal   string `json:"signal,omitempty"`
-	Stdout   string `json:"stdout"` // the last TailBytes of stdout
-	Stderr   string `json:"stderr"` // the last TailBytes of stderr
+	Stdout   string `json:"stdout"` // the last TailBytes of stdout (FailureTailBytes after a failure)
+	Stderr   string `json:"stderr"` // the last TailBytes of stderr (FailureTailBytes after a failure)
 	Duration string `json:"duration"`
 }
 
@@ -169,6 +180,9 @@ func newExecRunner(cfg ExecConfig) *execRunner {
 	}
 	if cfg.TailBytes <= 0 {
 		cfg.TailBytes = DefaultExecTailBytes
+	}
+	if cfg.FailureTailBytes <= 0 {
+		cfg.FailureTailBytes = DefaultExecFailureTailBytes
 	}
 	cfg.Allowed = slices.Clone(cfg.Allowed)
 	cfg.AllowedEnv = slices.Clone(cfg.AllowedEnv)
@@ -330,8 +344,9 @@ func (r *execRunner) runChild(ctx context.Context, t *task.Task, path string, p 
 		r.started(pgid)
 	}
 
-	stdout := &tailBuffer{limit: r.cfg.TailBytes}
-	stderr := &tailBuffer{limit: r.cfg.TailBytes}
+	keep := max(r.cfg.TailBytes, r.cfg.FailureTailBytes)
+	stdout := &tailBuffer{limit: keep}
+	stderr := &tailBuffer{limit: keep}
 	var readers sync.WaitGroup
 	readers.Go(func() { _, _ = io.Copy(stdout, outR) })
 	readers.Go(func() { _, _ = io.Copy(stderr, errR) })
@@ -362,30 +377,45 @@ func (r *execRunner) runChild(ctx context.Context, t *task.Task, path string, p 
 	drain(&readers, outR, errR)
 	closeAll(outR, errR)
 
+	status, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	res := ExecResult{
 		ExitCode: cmd.ProcessState.ExitCode(),
-		Stdout:   stdout.String(),
-		Stderr:   stderr.String(),
 		Duration: time.Since(begun).Round(time.Millisecond).String(),
 	}
-	status, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if status.Signaled() {
 		res.Signal = signalName(status.Signal())
 	}
-	if result, err := json.Marshal(res); err == nil {
-		t.Result = result
+	tail := r.cfg.TailBytes
+	if stopped || ended.err != nil || status.Signaled() {
+		tail = r.cfg.FailureTailBytes
 	}
+	t.Result = boundedResult(res, stdout, stderr, tail)
 
 	switch {
 	case stopped:
 		return context.Cause(ctx)
 	case status.Signaled():
-		return fmt.Errorf("exec %s: killed by signal %s (%v)%s", argv0, res.Signal, status.Signal(), lastLine(res.Stderr))
+		return fmt.Errorf("exec %s: killed by signal %s (%v)%s", argv0, res.Signal, status.Signal(), lastLine(stderr.String()))
 	case ended.err != nil:
 		// *exec.ExitError reads "exit status 3".
-		return fmt.Errorf("exec %s: %w%s", argv0, ended.err, lastLine(res.Stderr))
+		return fmt.Errorf("exec %s: %w%s", argv0, ended.err, lastLine(stderr.String()))
 	}
 	return nil
+}
+
+// boundedResult encodes res with the last tail bytes of each stream, cut
+// further while the encoding passes task.MaxResultBytes: JSON spells a
+// control byte in six, so a binary stream can grow sixfold.
+func boundedResult(res ExecResult, stdout, stderr *tailBuffer, tail int) json.RawMessage {
+	for ; tail > 0; tail /= 2 {
+		res.Stdout, res.Stderr = stdout.Tail(tail), stderr.Tail(tail)
+		if out, err := json.Marshal(res); err == nil && len(out) <= task.MaxResultBytes {
+			return out
+		}
+	}
+	res.Stdout, res.Stderr = "", ""
+	out, _ := json.Marshal(res) // strings and ints always encode
+	return out
 }
 
 type exitWait struct {
@@ -540,10 +570,13 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 // start of the tail is dropped, and any other invalid byte (binary output)
 // becomes U+FFFD, as does NUL, which PostgreSQL's jsonb refuses (\u0000):
 // a result holding one could not be stored, and the attempt could not end.
-func (b *tailBuffer) String() string {
+func (b *tailBuffer) String() string { return b.Tail(b.limit) }
+
+// Tail is String of the last n bytes, at most the limit.
+func (b *tailBuffer) Tail(n int) string {
 	tail := b.buf
-	if len(tail) > b.limit {
-		tail = tail[len(tail)-b.limit:]
+	if n = min(n, b.limit); len(tail) > n {
+		tail = tail[len(tail)-n:]
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(trimBrokenRune(string(tail)), "\uFFFD"), "\x00", "\uFFFD")
 }

@@ -98,6 +98,39 @@ var dangerousEnv = map[string]string{
 	"LESSOPEN":          "less runs it as a command",
 	"LESSCLOSE":         "less runs it as a command",
 	"SSH_ASKPASS":       "ssh runs it as a command",
+	// Libraries and clients that read a file of their own choosing.
+	"OPENSSL_CONF":        "OpenSSL reads the configuration it names, which can load engines and providers",
+	"OPENSSL_MODULES":     "OpenSSL loads provider modules from there",
+	"OPENSSL_ENGINES":     "OpenSSL loads engines from there",
+	"SSL_CERT_FILE":       "TLS clients trust the certificates it names: a server of the submitter's choosing passes for any",
+	"SSL_CERT_DIR":        "TLS clients trust the certificates there",
+	"CURL_CA_BUNDLE":      "curl trusts the certificates it names",
+	"REQUESTS_CA_BUNDLE":  "python's requests trusts the certificates it names",
+	"NODE_EXTRA_CA_CERTS": "node trusts the certificates it names",
+	"SSLKEYLOGFILE":       "TLS libraries write their session keys to the file it names",
+	"PSQLRC":              "psql runs the commands of the file it names, \\! (a shell command) included",
+	"PGPASSFILE":          "libpq reads passwords from the file it names",
+	"PGSERVICEFILE":       "libpq reads connection settings from the file it names",
+	"PGSYSCONFDIR":        "libpq reads its service file from there",
+	"WGETRC":              "wget reads its configuration, output files included, from the file it names",
+	"CURL_HOME":           "curl reads its configuration from there",
+	"HTTP_PROXY":          "programs send their requests, and the credentials in them, through the proxy it names",
+	"HTTPS_PROXY":         "programs send their requests, and the credentials in them, through the proxy it names",
+	"ALL_PROXY":           "programs send their requests through the proxy it names",
+	"FTP_PROXY":           "programs send their requests through the proxy it names",
+	"NO_PROXY":            "it takes hosts out of the operator's proxy",
+	// More interpreters' paths and options.
+	"PERL5DB":              "perl -d runs it",
+	"GEM_PATH":             "ruby loads gems from there",
+	"GEM_HOME":             "ruby loads gems from there",
+	"BUNDLE_GEMFILE":       "bundler loads the Gemfile it names, which is ruby",
+	"PHP_INI_SCAN_DIR":     "php reads configuration from there",
+	"TCLLIBPATH":           "tcl loads packages from there",
+	"R_PROFILE":            "R sources the file it names at start",
+	"R_PROFILE_USER":       "R sources the file it names at start",
+	"R_ENVIRON":            "R reads its environment from the file it names",
+	"GOFLAGS":              "go takes flags from it, -toolexec (run a program) included",
+	"DOTNET_STARTUP_HOOKS": "the .NET runtime loads the assemblies it names",
 }
 
 // dangerousEnvPrefixes lists families of variables no payload may set.
@@ -108,6 +141,7 @@ var dangerousEnvPrefixes = []struct{ prefix, reason string }{
 	{"PYTHON", "python obeys it (PYTHONPATH, PYTHONSTARTUP and PYTHONHOME load code)"},
 	{"GIT_", "git obeys it (GIT_SSH_COMMAND, GIT_EXEC_PATH, GIT_CONFIG_* run commands)"},
 	{"LUA_", "lua loads modules from there"},
+	{"CORECLR_", "the .NET runtime loads the profiler it names (CORECLR_PROFILER_PATH)"},
 	{"FLOTILLA_", "the attempt's identity is the node's to set, and no other FLOTILLA_ variable is the payload's"},
 }
 

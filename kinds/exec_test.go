@@ -457,3 +457,37 @@ func stopAndWait(t *testing.T, cancel context.CancelCauseFunc, done <-chan error
 		t.Fatal(late)
 	}
 }
+
+// TestExecKeepsMoreOfAFailedChildsOutput: a child that fails keeps the last
+// FailureTailBytes of each stream, one that succeeds the last TailBytes; a
+// binary stream is cut until the result fits task.MaxResultBytes.
+func TestExecKeepsMoreOfAFailedChildsOutput(t *testing.T) {
+	b := setupExec(t, ExecConfig{Allowed: []string{"sh"}})
+	const script = `head -c 200000 /dev/zero | tr '\0' o; echo OUT-END; head -c 200000 /dev/zero | tr '\0' e >&2; echo ERR-END >&2; exit %d`
+	failed := execTask(t, ExecPayload{Argv: []string{"sh", "-c", fmt.Sprintf(script, 3)}})
+	if err := b.run(t, failed); err == nil || !strings.HasSuffix(err.Error(), "eeeERR-END") || !strings.Contains(err.Error(), "exit status 3: ") {
+		t.Fatalf("err = %v, want exit status 3 with the last line of stderr", err)
+	}
+	res := execResult(t, failed)
+	if len(res.Stdout) != DefaultExecFailureTailBytes || !strings.HasSuffix(res.Stdout, "ooOUT-END\n") ||
+		len(res.Stderr) != DefaultExecFailureTailBytes || !strings.HasSuffix(res.Stderr, "eeERR-END\n") || res.ExitCode != 3 {
+		t.Errorf("a failed child kept %d bytes of stdout and %d of stderr (exit %d), want the last %d of each",
+			len(res.Stdout), len(res.Stderr), res.ExitCode, DefaultExecFailureTailBytes)
+	}
+	ok := execTask(t, ExecPayload{Argv: []string{"sh", "-c", fmt.Sprintf(script, 0)}})
+	if err := b.run(t, ok); err != nil {
+		t.Fatal(err)
+	}
+	if res := execResult(t, ok); len(res.Stdout) != DefaultExecTailBytes || len(res.Stderr) != DefaultExecTailBytes {
+		t.Errorf("a child that succeeded kept %d and %d bytes, want %d of each", len(res.Stdout), len(res.Stderr), DefaultExecTailBytes)
+	}
+	binary := execTask(t, ExecPayload{Argv: []string{"sh", "-c", `head -c 300000 /dev/zero | tr '\0' '\1'; head -c 300000 /dev/zero | tr '\0' '\2' >&2; exit 1`}})
+	if err := b.run(t, binary); err == nil {
+		t.Fatal("a child that exits 1 succeeded")
+	}
+	res = execResult(t, binary)
+	if len(binary.Result) > task.MaxResultBytes || len(res.Stdout) == 0 || len(res.Stdout) >= DefaultExecFailureTailBytes {
+		t.Errorf("binary output: a result of %d bytes with %d bytes of stdout, want it cut to fit %d",
+			len(binary.Result), len(res.Stdout), task.MaxResultBytes)
+	}
+}

@@ -20,7 +20,8 @@ import (
 
 // Handler runs one attempt of a task. It returns nil when the work is done,
 // and an error to have the attempt retried (while attempts remain) or the
-// task failed. It may set t.Result (JSON) to record a result with success.
+// task failed. It may set t.Result (JSON) to record a result: with success,
+// and with a failure too, when the attempt's output helps whoever finds it.
 //
 // ctx is cancelled when the attempt must stop: its timeout passed
 // (ErrTimeout), this node lost the task's bucket (ErrBucketLost) or the task

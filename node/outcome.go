@@ -25,12 +25,15 @@ import (
 //   - any other error, a panic included: retrying while attempts remain,
 //     else failed; failed at once for an error that wraps task.ErrNoRetry.
 //
+// A result the handler set is kept with every end but a release and a
+// pause, success or not (the exec kind keeps its child's output so).
+//
 // cause is the attempt context's cancellation cause, nil if it was not
 // cancelled.
-func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
+func (n *Node) decide(a *attempt, err, cause error) (tr store.ActiveTransition) {
 	// Steps the handler appended go with every outcome: the store writes
 	// them only with a move that ends the task.
-	tr := store.ActiveTransition{Ref: a.ref, Node: n.id, Append: a.takeAppended()}
+	tr = store.ActiveTransition{Ref: a.ref, Node: n.id, Append: a.takeAppended()}
 	if err == nil {
 		if len(a.view.Result) > task.MaxResultBytes {
 			err = fmt.Errorf("the handler succeeded but set a result of %d bytes, over the cap of %d (task.MaxResultBytes)",
@@ -44,6 +47,16 @@ func (n *Node) decide(a *attempt, err, cause error) store.ActiveTransition {
 		}
 	}
 	retry := a.number < a.max && !errors.Is(err, task.ErrNoRetry)
+	defer func() {
+		// An attempt that ended without success keeps what its handler
+		// recorded of it (the exec kind: the end of the child's output),
+		// for the operator who finds it failed. A release or a pause is
+		// no end of the attempt's work: its result is not kept.
+		if tr.To != task.Queued && tr.To != task.Paused && len(a.view.Result) > 0 &&
+			len(a.view.Result) <= task.MaxResultBytes && validResult(a.view.Result) {
+			tr.Result = a.view.Result
+		}
+	}()
 	switch {
 	case errors.Is(cause, ErrStopRequested):
 		// The store would turn any other outcome into stopped as well (a

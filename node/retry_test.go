@@ -58,6 +58,24 @@ func TestATaskThatAlwaysFailsEndsFailedAfterItsAttempts(t *testing.T) {
 	}
 }
 
+// TestAFailedAttemptKeepsItsResult: what a failing handler records of its
+// attempt (the exec kind's output) is kept with the failure, and replaced by
+// the next attempt's.
+func TestAFailedAttemptKeepsItsResult(t *testing.T) {
+	b := setup(t)
+	n := b.startNode(t, quickRetries(b.config(t, "output")), map[string]Handler{
+		"out": func(_ context.Context, tk *task.Task) error {
+			tk.Result = []byte(fmt.Sprintf(`{"stderr": "attempt %d: disk full"}`, tk.Attempt))
+			return errors.New("exit status 1")
+		},
+	})
+	tk := submit(t, n, SubmitRequest{Kind: "out", Key: "k", MaxAttempts: 2})
+	eventually(t, "the task failed", b.statusIs(t, tk.ID, task.Failed))
+	if got := b.get(t, tk.ID); string(got.Result) != `{"stderr": "attempt 2: disk full"}` {
+		t.Errorf("the failed task's result is %s, want the last attempt's", got.Result)
+	}
+}
+
 func TestAnErrorNotWorthRetryingFailsAtOnce(t *testing.T) {
 	b := setup(t)
 	n := b.startNode(t, quickRetries(b.config(t, "refusing")), map[string]Handler{

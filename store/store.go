@@ -256,6 +256,36 @@ type Store interface {
 	// by the database clock, it removes nothing and returns ErrFenced. A dry
 	// run counts instead (see PruneRequest.DryRun).
 	PruneFinished(ctx context.Context, req PruneRequest) (PruneResult, error)
+
+	// The operator's console (console.go)
+
+	// RetryTask runs again a task that ended without success (Retryable),
+	// as a new task: final states stay final. A task of its own becomes
+	// RetryTaskOf(it); a pipeline step, which must be its step's current
+	// task (RetryStepOf), is run again with its descendants as
+	// RetryPipeline does. Every new task's creation event has RetryReason,
+	// and a RetryLink ties each task run again to its new task, in the
+	// same transaction. It answers the new task of req.ID. ErrNotFound when
+	// there is no such task; ErrConflict when CheckRetry refuses it (a task
+	// is run again once: the link is unique), or a step is not current.
+	RetryTask(ctx context.Context, req RetryRequest) (*task.Task, error)
+	// TaskRetries reads the retry links of a task, either way.
+	TaskRetries(ctx context.Context, id int64) (Retries, error)
+	// ListPipelines returns pipelines newest first (id descending) below
+	// f.BeforeID, at most f.ListLimit(), each with its steps counted by
+	// the state of their current tasks.
+	ListPipelines(ctx context.Context, f PipelineFilter) ([]PipelineSummary, error)
+	// UnfinishedByKind counts the tasks in CountedStatuses by kind and
+	// state, reading the claim and active indexes only, in
+	// SortKindCounts order.
+	UnfinishedByKind(ctx context.Context) ([]KindCount, error)
+	// AddMinuteCounts adds node's counts (CheckMinuteCounts) to the ones
+	// it wrote before for the same minute, kind and state, and removes the
+	// counts older than MinuteCountsKept by the database clock.
+	AddMinuteCounts(ctx context.Context, node string, counts []MinuteCount) error
+	// MinuteCounts sums every node's counts of the minutes from since on,
+	// in SortMinuteCounts order.
+	MinuteCounts(ctx context.Context, since time.Time) ([]MinuteCount, error)
 }
 
 // Notifier is implemented by stores that can push events (PostgreSQL's

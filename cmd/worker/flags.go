@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"regexp"
@@ -26,7 +25,7 @@ var (
 	dsnFileFlag = &cli.StringFlag{
 		Name: "dsn-file",
 		Usage: "read the database (an SQLite file or a PostgreSQL URL, as --dsn) from this file (surrounding whitespace " +
-			"is ignored); keep it readable by the node's user only",
+			"is ignored); refused unless only its owner may read it (chmod 600)",
 	}
 	jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
 )
@@ -58,13 +57,9 @@ func lookupDSN(c *cli.Context) (string, dsnOrigin, error) {
 		return "", dsnMissing, invalid(errors.New("--dsn and --dsn-file both give the connection string: give one of them"))
 	case fromFile:
 		path := c.String(dsnFileFlag.Name)
-		raw, err := os.ReadFile(path)
+		raw, err := readSecretFile(dsnFileFlag.Name, path)
 		if err != nil {
-			var pathErr *fs.PathError
-			if errors.As(err, &pathErr) {
-				err = pathErr.Err
-			}
-			return "", dsnMissing, invalid(fmt.Errorf("--dsn-file %s cannot be read: %w", path, err))
+			return "", dsnMissing, err
 		}
 		dsn := strings.TrimSpace(string(raw))
 		if dsn == "" {

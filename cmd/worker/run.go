@@ -20,6 +20,7 @@ import (
 	"github.com/flotilla-dev/flotilla/kinds"
 	"github.com/flotilla-dev/flotilla/metrics"
 	"github.com/flotilla-dev/flotilla/node"
+	"github.com/flotilla-dev/flotilla/rollup"
 	"github.com/flotilla-dev/flotilla/store"
 	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 	"github.com/flotilla-dev/flotilla/store/sqlite"
@@ -152,7 +153,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			return runNode(c.Context, target, c.String("http"), cfg, exec, c.Bool("wait-for-node-id"), log,
-				httpOptions{ui: c.Bool("ui"), uiToken: uiTok})
+				httpOptions{ui: c.Bool("ui"), uiToken: uiTok, dsn: dsn, target: target})
 		},
 	}
 }
@@ -212,6 +213,9 @@ func execConfig(c *cli.Context, grace time.Duration) (kinds.ExecConfig, error) {
 type httpOptions struct {
 	ui      bool   // the dashboard
 	uiToken string // its token; "" for a read-only dashboard
+	// The database, for the dashboard's pool of its own.
+	dsn    string
+	target storedsn.Target
 }
 
 func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg node.Config, exec kinds.ExecConfig, waitForID bool,
@@ -241,13 +245,23 @@ func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg n
 	m, err := nodeMetrics(s, httpAddr, log)
 	if err != nil {
 		return err
-	} else if m != nil {
-		cfg.Metrics = m
 	}
+	// The per-minute counts of ended attempts, for the dashboard's charts,
+	// pass every fact on to the Prometheus metrics when --http serves them.
+	var next node.Metrics
+	if m != nil {
+		next = m
+	}
+	counts := rollup.New(s, rollup.Options{Next: next, Logger: log})
+	cfg.Metrics = counts
 	n, err := node.New(s, cfg)
 	if err != nil {
 		return invalid(err)
 	}
+	if err := counts.Start(ctx, n.ID()); err != nil {
+		return err
+	}
+	defer counts.Stop()
 	m.Watch(n)
 	kinds.Register(n)
 	// A node that may run nothing does not advertise the exec kind, so
@@ -306,7 +320,7 @@ func serveNode(ctx context.Context, s store.Store, n *node.Node, m *metrics.Metr
 		if err != nil {
 			return listenError("--http", httpAddr, err)
 		}
-		handler, closeUI, err := nodeHTTP(ctx, s, n, opts.ui, opts.uiToken, log)
+		handler, closeUI, err := nodeHTTP(ctx, s, n, opts, ln.Addr(), log)
 		if err != nil {
 			_ = ln.Close()
 			return err

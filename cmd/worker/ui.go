@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,11 +34,14 @@ const defaultUIListen = "127.0.0.1:8089"
 func uiCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "ui",
-		Usage:     "serve the dashboard: the bucket map, nodes, tasks and schedules (needs only the database)",
+		Usage:     "serve the dashboard: the bucket map, nodes, tasks, pipelines and schedules (needs only the database)",
 		ArgsUsage: " ",
 		Flags: commonFlags(
 			&cli.StringFlag{Name: "listen", Value: defaultUIListen, Usage: "address to serve on; other hosts reach it only if you bind more than loopback"},
-			&cli.StringFlag{Name: "token-file", Usage: "file holding the token that allows stop, pause and resume (default: $" + uiTokenEnv + "; without either the dashboard is read-only)"},
+			&cli.StringFlag{Name: "token-file", Usage: "file holding the token that operators sign in with (default: $" + uiTokenEnv + "; without either the dashboard is read-only and open to read); refused unless only its owner may read it"},
+			&cli.StringFlag{Name: "auth", Usage: `what the token guards: "all" (reading needs signing in too) or "actions" (anyone who reaches the address reads every page)`, DefaultText: "all, with a token"},
+			&cli.StringSliceFlag{Name: "trusted-proxy", Usage: "address or CIDR of a TLS proxy in front of the dashboard (repeatable): its X-Forwarded-Proto: https makes the session cookie Secure, its X-Forwarded-For names the client the sign-in limit counts"},
+			&cli.StringSliceFlag{Name: "secret-field", Usage: "mask payload and result fields whose names contain this too (repeatable), besides " + strings.Join(dashboard.DefaultSecretFields, ", ")},
 			&cli.DurationFlag{Name: "query-timeout", Value: dashboard.DefaultQueryTimeout, Usage: "statement timeout of every page's queries"},
 		),
 		Action: func(c *cli.Context) error {
@@ -52,6 +56,10 @@ func uiCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			cfg, err := uiConfig(c, token)
+			if err != nil {
+				return err
+			}
 			log, err := newLogger(c, c.App.ErrWriter)
 			if err != nil {
 				return err
@@ -63,20 +71,13 @@ func uiCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			var s store.Store
-			if target.Kind == storedsn.PostgreSQL {
-				// The server also bounds each statement, for a page whose
-				// context the dashboard's own timeout cannot reach.
-				s, err = postgres.New(ctx, dsn, postgres.WithStatementTimeout(qt), postgres.WithApplicationName("flotilla-ui"),
-					postgres.WithMaxConns(8))
-			} else {
-				s, err = openSQLiteDashboard(ctx, target, token != "")
-			}
+			s, err := openConsoleStore(ctx, dsn, target, qt, uiMaxConns, token != "")
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			d, err := dashboard.New(ctx, dashboard.Config{Store: s, Token: token, QueryTimeout: qt, Logger: log})
+			cfg.Store, cfg.QueryTimeout, cfg.Logger = s, qt, log
+			d, err := dashboard.New(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -88,7 +89,8 @@ func uiCommand() *cli.Command {
 			srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 			go func() { _ = srv.Serve(ln) }()
 			warnIfExposed(log, ln.Addr())
-			log.Info("serving the dashboard", zap.String("addr", ln.Addr().String()), zap.Bool("actions", token != ""))
+			log.Info("serving the dashboard", zap.String("addr", ln.Addr().String()), zap.Bool("actions", token != ""),
+				zap.String("auth", string(d.Auth())))
 			<-ctx.Done()
 			d.Close() // ends the live streams, so that Shutdown does not wait for them
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -114,6 +116,61 @@ func openSQLiteDashboard(ctx context.Context, target storedsn.Target, actions bo
 	return target.Open(ctx)
 }
 
+// Pools of the dashboard's own on PostgreSQL: its pages never wait for a
+// node's claims and lease renewals, nor those for its pages.
+const (
+	uiMaxConns   = 8 // `worker ui`, a process of its own
+	nodeUIConns  = 3 // `worker run --ui`, beside the node's pool
+	uiAppName    = "flotilla-ui"
+	nodeUIPrefix = "the dashboard of `worker run --ui`"
+)
+
+// openConsoleStore opens the store the dashboard reads: on PostgreSQL a
+// pool of its own, of at most conns connections, each statement bounded by
+// qt on the server too; on SQLite the file.
+func openConsoleStore(ctx context.Context, dsn string, target storedsn.Target, qt time.Duration, conns int, actions bool) (store.Store, error) {
+	if target.Kind != storedsn.PostgreSQL {
+		return openSQLiteDashboard(ctx, target, actions)
+	}
+	// The server also bounds each statement, for a page whose context
+	// the dashboard's own timeout cannot reach.
+	return postgres.New(ctx, dsn, postgres.WithStatementTimeout(qt), postgres.WithApplicationName(uiAppName),
+		postgres.WithMaxConns(conns))
+}
+
+// uiConfig maps the dashboard's access flags onto its Config.
+func uiConfig(c *cli.Context, token string) (dashboard.Config, error) {
+	cfg := dashboard.Config{Token: token, SecretFields: c.StringSlice("secret-field")}
+	if c.IsSet("auth") {
+		mode, err := dashboard.ParseAuthMode(c.String("auth"))
+		if err != nil {
+			return cfg, invalid(fmt.Errorf("invalid --auth: %w", err))
+		}
+		if token == "" {
+			return cfg, invalid(fmt.Errorf("--auth %s needs a token (--token-file or $%s): without one the dashboard is read-only and open to read",
+				mode, uiTokenEnv))
+		}
+		cfg.Auth = mode
+	}
+	for _, p := range c.StringSlice("trusted-proxy") {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return cfg, invalid(fmt.Errorf("invalid --trusted-proxy %q: give an address such as 10.0.0.7 or a CIDR such as 10.0.0.0/24", p))
+			}
+			prefix = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
+		}
+		cfg.TrustedProxies = append(cfg.TrustedProxies, prefix.Masked())
+	}
+	for _, f := range cfg.SecretFields {
+		if strings.Trim(f, "-_. ") == "" {
+			return cfg, invalid(fmt.Errorf("invalid --secret-field %q: give a name such as pin", f))
+		}
+	}
+	return cfg, nil
+}
+
 // uiToken reads the dashboard's token from the file flag named, or from
 // $FLOTILLA_UI_TOKEN; "" means read-only. The error never repeats the token.
 func uiToken(c *cli.Context, fileFlag string) (string, error) {
@@ -128,9 +185,9 @@ func uiToken(c *cli.Context, fileFlag string) (string, error) {
 		return "", invalid(fmt.Errorf("--%s and $%s both give the dashboard's token: give one of them", fileFlag, uiTokenEnv))
 	}
 	path := c.String(fileFlag)
-	raw, err := os.ReadFile(path)
+	raw, err := readSecretFile(fileFlag, path)
 	if err != nil {
-		return "", invalid(fmt.Errorf("invalid --%s %s: %w", fileFlag, path, err))
+		return "", err
 	}
 	token := strings.TrimSpace(string(raw))
 	if len(token) < dashboard.MinTokenLength {
@@ -150,14 +207,28 @@ func warnIfExposed(log *zap.Logger, addr net.Addr) {
 }
 
 // nodeHTTP is what `worker run --http` serves: /healthz, /readyz and
-// /metrics, and, with --ui, the dashboard at every other path.
-func nodeHTTP(ctx context.Context, s store.Store, n *node.Node, ui bool, token string, log *zap.Logger) (http.Handler, func(), error) {
+// /metrics, and, with --ui, the dashboard at every other path, on a store
+// of its own (see openConsoleStore). close ends the dashboard and its store.
+func nodeHTTP(ctx context.Context, s store.Store, n *node.Node, opts httpOptions, addr net.Addr, log *zap.Logger) (http.Handler, func(), error) {
 	health := node.HealthHandler(n)
-	if !ui {
+	if !opts.ui {
 		return health, func() {}, nil
 	}
-	d, err := dashboard.New(ctx, dashboard.Config{Store: s, Token: token, Logger: log})
+	// Its token and session cookie cross the network as they would from
+	// `worker ui`.
+	warnIfExposed(log, addr)
+	console := s
+	closeStore := func() {}
+	if opts.target.Kind == storedsn.PostgreSQL {
+		own, err := openConsoleStore(ctx, opts.dsn, opts.target, dashboard.DefaultQueryTimeout, nodeUIConns, true)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", nodeUIPrefix, err)
+		}
+		console, closeStore = own, own.Close
+	}
+	d, err := dashboard.New(ctx, dashboard.Config{Store: console, Token: opts.uiToken, Logger: log})
 	if err != nil {
+		closeStore()
 		return nil, nil, err
 	}
 	mux := http.NewServeMux()
@@ -165,7 +236,7 @@ func nodeHTTP(ctx context.Context, s store.Store, n *node.Node, ui bool, token s
 		mux.Handle(p, health)
 	}
 	mux.Handle("/", d)
-	return mux, d.Close, nil
+	return mux, func() { d.Close(); closeStore() }, nil
 }
 
 // nodeMetrics makes the node's Prometheus metrics when --http serves them,

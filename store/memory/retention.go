@@ -99,6 +99,7 @@ func (db *database) removeTask(rec *taskRecord) int {
 	}
 	delete(db.commandsByTask, rec.ID)
 	delete(db.dependents, rec.ID)
+	db.console.forget(rec.ID)
 	if rec.Pipeline != 0 {
 		left := false
 		for _, st := range db.pipelines[rec.Pipeline-1].steps {

@@ -76,6 +76,8 @@ type database struct {
 	locked map[int64]int
 
 	subscriptions map[*subscription]struct{}
+
+	console consoleTables
 }
 
 // Option configures New.

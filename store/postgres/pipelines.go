@@ -372,33 +372,7 @@ func (s *Store) RetryPipeline(ctx context.Context, id int64, from string) (store
 		if err != nil {
 			return err
 		}
-		names, err := store.RetryPlan(p, from)
-		if err != nil {
-			return err
-		}
-		steps := store.RetrySteps(p, names)
-		again := map[string]bool{}
-		for _, n := range names {
-			again[n] = true
-		}
-		current := map[string]int64{}
-		var open []int64
-		for _, st := range p.Steps {
-			if !again[st.Name] {
-				current[st.Name] = st.Task.ID
-				if !st.Task.Status.Terminal() {
-					open = append(open, st.Task.ID)
-				}
-			}
-		}
-		status, err := lockedStatuses(ctx, tx, p, open)
-		if err != nil {
-			return err
-		}
-		if due, err = createSteps(ctx, tx, h, steps, current, status, "", 0); err != nil {
-			return err
-		}
-		out, err = loadPipeline(ctx, tx, h)
+		out, _, due, err = retryFrom(ctx, tx, h, p, from)
 		return err
 	})
 	if err != nil {
@@ -408,6 +382,42 @@ func (s *Store) RetryPipeline(ctx context.Context, id int64, from string) (store
 		s.announce(ctx, []int{out.Bucket})
 	}
 	return out, nil
+}
+
+// retryFrom runs the step from of p (read in tx, whose pipeline row tx
+// holds) again with its unsucceeded descendants, as new tasks, and answers
+// the pipeline after, the steps run again and whether a new task is due:
+// RetryPipeline and RetryTask alike.
+func retryFrom(ctx context.Context, tx pgx.Tx, h pipelineHead, p store.Pipeline, from string) (store.Pipeline, []string, bool, error) {
+	names, err := store.RetryPlan(p, from)
+	if err != nil {
+		return store.Pipeline{}, nil, false, err
+	}
+	steps := store.RetrySteps(p, names)
+	again := map[string]bool{}
+	for _, n := range names {
+		again[n] = true
+	}
+	current := map[string]int64{}
+	var open []int64
+	for _, st := range p.Steps {
+		if !again[st.Name] {
+			current[st.Name] = st.Task.ID
+			if !st.Task.Status.Terminal() {
+				open = append(open, st.Task.ID)
+			}
+		}
+	}
+	status, err := lockedStatuses(ctx, tx, p, open)
+	if err != nil {
+		return store.Pipeline{}, nil, false, err
+	}
+	due, err := createSteps(ctx, tx, h, steps, current, status, "", 0)
+	if err != nil {
+		return store.Pipeline{}, nil, false, err
+	}
+	after, err := loadPipeline(ctx, tx, h)
+	return after, names, due, err
 }
 
 const lockStatusesSQL = `SELECT id, status FROM flotilla_tasks WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`

@@ -60,7 +60,7 @@ func prunableTasksSQL(lock string) string {
 }
 
 // pruneSQL removes up to $9 prunable tasks of bucket $1, oldest first, with
-// their events, commands, dependency rows and pipeline listings, and each
+// their events, commands, dependency rows, retry links and pipeline listings, and each
 // pipeline whose last task goes. It removes nothing unless $2 holds the
 // bucket under epoch $3, unexpired: the lease test is a one-time filter
 // over the whole scan.
@@ -92,6 +92,9 @@ WITH lease AS (
     DELETE FROM flotilla_commands c WHERE c.task_id = ANY((SELECT ids FROM ids)::bigint[]) RETURNING 1
 ), gone_deps AS (
     DELETE FROM flotilla_task_deps d WHERE d.task_id = ANY((SELECT ids FROM ids)::bigint[])
+), gone_retries AS (
+    DELETE FROM flotilla_task_retries r
+    WHERE r.task_id = ANY((SELECT ids FROM ids)::bigint[]) OR r.retry_id = ANY((SELECT ids FROM ids)::bigint[])
 ), gone_steps AS (
     DELETE FROM flotilla_pipeline_steps ps
     WHERE ps.pipeline_id = ANY((SELECT pipelines FROM ids)::bigint[])

@@ -542,7 +542,9 @@ WITH t AS (
     WHERE e.task_id = $1 AND EXISTS (SELECT 1 FROM t)
 )
 SELECT 1::bigint, ''::text, coalesce((SELECT from_status FROM ev WHERE seq = 2), t.status),
-       t.created_at, ''::text, 0::bigint, 0::int, 'created'::text, ''::text
+       t.created_at, ''::text, 0::bigint, 0::int,
+       -- A task that runs another again says so, and who asked (RetryTask).
+       coalesce((SELECT r.reason FROM flotilla_task_retries r WHERE r.retry_id = $1), 'created'), ''::text
 FROM t
 UNION ALL
 SELECT seq, from_status, to_status, at, node, epoch, attempt, reason, error FROM ev

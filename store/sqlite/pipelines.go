@@ -510,30 +510,38 @@ func (s *Store) RetryPipeline(ctx context.Context, id int64, from string) (store
 		if err != nil {
 			return err
 		}
-		names, err := store.RetryPlan(p, from)
-		if err != nil {
-			return err
-		}
-		again := map[string]bool{}
-		for _, n := range names {
-			again[n] = true
-		}
-		current := map[string]int64{}
-		status := map[string]task.Status{}
-		for _, st := range p.Steps {
-			status[st.Name] = st.Task.Status
-			if !again[st.Name] {
-				current[st.Name] = st.Task.ID
-			}
-		}
-		if err := createSteps(tx, h, store.RetrySteps(p, names), current, status, moveDetails{}); err != nil {
-			return err
-		}
-		out, err = loadPipeline(tx.ctx, tx.conn, h)
+		out, _, err = retryFrom(tx, h, p, from)
 		return err
 	})
 	if err != nil {
 		return store.Pipeline{}, requireSchema(err)
 	}
 	return out, nil
+}
+
+// retryFrom runs the step from of p (read in tx) again with its
+// unsucceeded descendants, as new tasks, and answers the pipeline after and
+// the steps run again: RetryPipeline and RetryTask alike.
+func retryFrom(tx *wtx, h pipelineHead, p store.Pipeline, from string) (store.Pipeline, []string, error) {
+	names, err := store.RetryPlan(p, from)
+	if err != nil {
+		return store.Pipeline{}, nil, err
+	}
+	again := map[string]bool{}
+	for _, n := range names {
+		again[n] = true
+	}
+	current := map[string]int64{}
+	status := map[string]task.Status{}
+	for _, st := range p.Steps {
+		status[st.Name] = st.Task.Status
+		if !again[st.Name] {
+			current[st.Name] = st.Task.ID
+		}
+	}
+	if err := createSteps(tx, h, store.RetrySteps(p, names), current, status, moveDetails{}); err != nil {
+		return store.Pipeline{}, nil, err
+	}
+	after, err := loadPipeline(tx.ctx, tx.conn, h)
+	return after, names, err
 }

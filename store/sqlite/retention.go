@@ -148,6 +148,10 @@ func (s *Store) PruneFinished(ctx context.Context, req store.PruneRequest) (stor
 		if _, err = count("dependencies", `DELETE FROM flotilla_task_deps WHERE task_id IN (SELECT value FROM json_each(?))`, string(idsJSON)); err != nil {
 			return err
 		}
+		if _, err = count("retry links", `DELETE FROM flotilla_task_retries
+  WHERE task_id IN (SELECT value FROM json_each(?1)) OR retry_id IN (SELECT value FROM json_each(?1))`, string(idsJSON)); err != nil {
+			return err
+		}
 		if _, err = count("tasks", `DELETE FROM flotilla_tasks WHERE id IN (SELECT value FROM json_each(?))`, string(idsJSON)); err != nil {
 			return err
 		}

@@ -423,8 +423,13 @@ func (s *Store) TaskEvents(ctx context.Context, id int64) ([]task.Event, error) 
 	var (
 		status    string
 		createdAt sql.NullInt64
+		created   string
 	)
-	err = tx.QueryRowContext(ctx, `SELECT status, created_at FROM flotilla_tasks WHERE id = ?`, id).Scan(&status, &createdAt)
+	// A task that runs another again says so, and who asked, at its
+	// creation (RetryTask's link).
+	err = tx.QueryRowContext(ctx, `SELECT status, created_at,
+		coalesce((SELECT reason FROM flotilla_task_retries WHERE retry_id = ?1), 'created')
+		FROM flotilla_tasks WHERE id = ?1`, id).Scan(&status, &createdAt, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, taskNotFound(id)
 	}
@@ -437,7 +442,7 @@ func (s *Store) TaskEvents(ctx context.Context, id int64) ([]task.Event, error) 
 		return nil, wrap(err, "events of task %d", id)
 	}
 	defer rows.Close()
-	out := []task.Event{{TaskID: id, Seq: 1, To: task.Status(status), At: fromMicros(createdAt), Reason: "created"}}
+	out := []task.Event{{TaskID: id, Seq: 1, To: task.Status(status), At: fromMicros(createdAt), Reason: created}}
 	for rows.Next() {
 		var (
 			e        task.Event

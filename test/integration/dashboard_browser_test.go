@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -31,6 +34,9 @@ const screenshotDirEnv = "FLOTILLA_SCREENSHOTS"
 
 // uiToken signs the test's operator in to `worker ui`.
 const uiTestToken = "browser-test-token-0123456789"
+
+// The browser's window, and the screenshots' width.
+const windowWidth, windowHeight = 1280, 900
 
 // browserPaths are where a Chromium may be, Debian's first.
 var browserPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
@@ -67,7 +73,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 900),
+		chromedp.WindowSize(windowWidth, windowHeight),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
@@ -105,9 +111,21 @@ func newScreenshots(t *testing.T) *screenshots {
 
 func (s *screenshots) take(ctx context.Context, name string) {
 	s.t.Helper()
-	// Quality 100 gives a PNG; below it, a JPEG.
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	// The whole page, at the window's width: the viewport is stretched to
+	// the page's height for the capture (a capture beyond the viewport came
+	// out at other sizes now and then), and set back after it.
+	height, err := chromedp.Run(ctx, chromedp.Evaluate[int64](`document.documentElement.scrollHeight`))
 	if err != nil {
+		s.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.EmulateViewport(windowWidth, max(height, windowHeight))); err != nil {
+		s.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		s.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.EmulateViewport(windowWidth, windowHeight)); err != nil {
 		s.t.Fatalf("screenshot %s: %v", name, err)
 	}
 	if err := os.WriteFile(filepath.Join(s.dir, name+".png"), png, 0o644); err != nil {
@@ -145,6 +163,20 @@ func evalUntil[T any](t *testing.T, ctx context.Context, what, js string, check 
 		t.Fatalf("%s: not within %v; last %v (error %v)", what, browserWithin, got, lastErr)
 	}
 	return got
+}
+
+// signInAs signs in to the dashboard at base as name, and waits for the
+// fleet page's element shown.
+func signInAs(t *testing.T, ctx context.Context, base, name, shown string) {
+	t.Helper()
+	run(t, ctx, "sign in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(chromedp.CSS("#name")),
+		chromedp.SendKeys(chromedp.CSS("#name"), name),
+		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS(shown)),
+	)
 }
 
 var dashboardAddr = regexp.MustCompile(`serving the dashboard\s+\{"addr": "([^"]+)"`)
@@ -186,15 +218,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	base := startUI(t, f)
 	ctx := browser(t)
 
-	// Sign in: the actions need the token, and the trail names the operator.
-	run(t, ctx, "sign in",
-		chromedp.Navigate(base+"/login"),
-		chromedp.WaitVisible(chromedp.CSS("#name")),
-		chromedp.SendKeys(chromedp.CSS("#name"), "operator"),
-		chromedp.SendKeys(chromedp.CSS("#token"), uiTestToken),
-		chromedp.Click(chromedp.CSS("#signin")),
-		chromedp.WaitVisible(chromedp.CSS("#buckets")),
-	)
+	// Sign in: the pages and actions need the token, and the trail names
+	// the operator.
+	signInAs(t, ctx, base, "operator", "#buckets")
 	holders := evalUntil(t, ctx, "the bucket map shows both holders",
 		`Array.from(document.querySelectorAll('#buckets a.b')).map(a => a.dataset.holder)`,
 		func(hs []string) bool { return slices.Contains(hs, "alpha") && slices.Contains(hs, "beta") })
@@ -310,4 +336,176 @@ func TestWorkerRunServesMetricsAndTheDashboard(t *testing.T) {
 	if status, body := get(fmt.Sprintf("/tasks/%d", id)); status != http.StatusOK || !strings.Contains(body, "succeeded") {
 		t.Errorf("the task's page: %d\n%s", status, body)
 	}
+}
+
+// consoleStep is a script that fails, with a traceback on stderr, until
+// the file fixed exists in dir, then succeeds: an operator's fix, then a
+// retry.
+func consoleStep(dir, name, batch string) []byte {
+	script := fmt.Sprintf(`echo "%[2]s: reading batch"; if [ -e %[1]s/fixed ]; then echo "%[2]s: done"; exit 0; fi
+echo 'Traceback (most recent call last):' >&2; echo '  File "etl.py", line 42, in %[2]s' >&2
+printf 'processing 40%%%%\r80%%%%\r' >&2; echo 'KeyError: customer_id' >&2; exit 3`, dir, name)
+	payload, _ := json.Marshal(map[string]any{"argv": []string{"sh", "-c", script}, "env": map[string]string{"BATCH": batch}})
+	return payload
+}
+
+// TestConsoleFindsAndFixesAFailedPipelineStep drives the operator's console
+// of a real fleet (`worker run` on PostgreSQL, `worker ui`) from headless
+// Chromium: it signs in, follows the fleet page's failed count to a failed
+// pipeline step, opens the pipeline's graph, reads the failed task's
+// output, fixes the cause, retries from the step and watches the pipeline
+// succeed; then it reviews and confirms a bulk retry of three failed tasks,
+// each trail naming the operator. Screenshots of the fleet page, the
+// pipeline and the failed task are kept (docs/images holds a set).
+func TestConsoleFindsAndFixesAFailedPipelineStep(t *testing.T) {
+	needsIntegration(t)
+	needsPostgres(t)
+	f := newFleet(t)
+	shots := newScreenshots(t)
+	dir := t.TempDir()
+	all := mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))
+	f.worker("run", "--node-id", "worker-eu-1", "--allow-exec", "sh", "--allow-exec-env", "BATCH", "--poll-interval", "200ms")
+	f.waitUntilHeld("worker-eu-1", all, startWithin)
+	base := startUI(t, f)
+
+	exec := func(name, batch string) []byte { return consoleStep(dir, name, batch) }
+	p, err := f.client.SubmitPipeline(t.Context(), flotilla.PipelineRequest{Name: "nightly-etl", Steps: []task.Step{
+		{Name: "extract", Kind: "noop"},
+		{Name: "transform", Kind: "exec", Payload: exec("transform", "etl"), MaxAttempts: 1, DependsOn: []task.Dependency{{Step: "extract"}}},
+		{Name: "load", Kind: "noop", DependsOn: []task.Dependency{{Step: "transform"}}},
+		{Name: "cleanup", Kind: "noop", DependsOn: []task.Dependency{{Step: "transform", On: task.OnFailure}}},
+		{Name: "report", Kind: "noop", DependsOn: []task.Dependency{{Step: "load", On: task.OnAny}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []int64
+	for i := range 3 {
+		batch = append(batch, f.submit("--kind", "exec", "--key", fmt.Sprintf("import-%d", i), "--max-attempts", "1",
+			"--payload", string(exec(fmt.Sprintf("import-%d", i), "nightly"))))
+	}
+	for _, id := range batch {
+		f.waitForTask(id, "failed", func(tk *task.Task) bool { return tk.Status == task.Failed })
+	}
+	transform, _ := p.Step("transform")
+	f.waitForTask(transform.Task.ID, "failed", func(tk *task.Task) bool { return tk.Status == task.Failed })
+
+	ctx := browser(t)
+	signInAs(t, ctx, base, "operator", "#kinds")
+	// The fleet page counts the failures of the last hour by kind, from
+	// the counts the node writes every few seconds.
+	evalUntil(t, ctx, "the fleet page counts the exec failures",
+		`(document.querySelector('#kinds tr[data-kind="exec"] a.failed-count') || {}).textContent || ""`,
+		func(n string) bool { return n == "4" })
+	shots.take(ctx, "console-fleet")
+	run(t, ctx, "follow the failed count",
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#kinds tr[data-kind="exec"] a.failed-count').click()`),
+		chromedp.WaitVisible(chromedp.CSS("#tasks")),
+	)
+	run(t, ctx, "open the failed step's pipeline",
+		chromedp.Evaluate[chromedp.Void](`Array.from(document.querySelectorAll('#tasks a.step')).find(a => a.textContent === 'transform').click()`),
+		chromedp.WaitVisible(chromedp.CSS("#graph")),
+	)
+	states := evalUntil(t, ctx, "the graph shows each step's state",
+		`Object.fromEntries(Array.from(document.querySelectorAll('#graph a.step-link')).map(a => [a.dataset.step, a.dataset.status]))`,
+		func(m map[string]string) bool { return m["report"] == "skipped" && m["cleanup"] == "succeeded" })
+	if states["transform"] != "failed" || states["load"] != "skipped" || states["extract"] != "succeeded" {
+		t.Errorf("the graph shows %v", states)
+	}
+	why := evalUntil(t, ctx, "the skipped step says why",
+		`document.querySelector('#steps tr[data-step="load"] .skip').textContent`, func(string) bool { return true })
+	if why != "dependency transform ended failed; this step runs on success" {
+		t.Errorf("load says %q", why)
+	}
+	shots.take(ctx, "console-pipeline")
+
+	run(t, ctx, "open the failed task",
+		chromedp.Click(chromedp.CSS(`#graph a.step-link[data-step="transform"] rect`)),
+		chromedp.WaitVisible(chromedp.CSS("#stderr")),
+	)
+	stderr := evalUntil(t, ctx, "the failed task shows its stderr", `document.querySelector('#stderr').textContent`,
+		func(s string) bool { return strings.Contains(s, "KeyError: customer_id") })
+	if !strings.Contains(stderr, "Traceback") {
+		t.Errorf("stderr shown: %q", stderr)
+	}
+	if masked := evalUntil(t, ctx, "the env value is masked", `document.querySelector('#payload').textContent`,
+		func(string) bool { return true }); strings.Contains(masked, `"etl"`) {
+		t.Errorf("the payload shows the env value unmasked:\n%s", masked)
+	}
+	shots.take(ctx, "console-task-failed")
+
+	// The operator fixes the cause, then retries the pipeline from the step.
+	if err := os.WriteFile(filepath.Join(dir, "fixed"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "retry from the step",
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#pipeline-link').click()`),
+		chromedp.WaitVisible(chromedp.CSS("#retry-step")),
+		chromedp.SetValue(chromedp.CSS("#retry-step"), "transform"),
+		chromedp.Click(chromedp.CSS("#retry")),
+		chromedp.WaitVisible(chromedp.CSS("#flash")),
+	)
+	evalUntil(t, ctx, "the pipeline succeeds", `document.querySelector('#pipeline-status').textContent`,
+		func(s string) bool { return s == "succeeded" })
+	shots.take(ctx, "console-pipeline-retried")
+	after, err := f.client.GetPipeline(t.Context(), p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := after.Step("transform"); s.Tries != 2 || s.Task.Status != task.Succeeded {
+		t.Errorf("transform after the retry: %s after %d tries", s.Task.Status, s.Tries)
+	}
+	if r := f.mustGet(mustStep(t, after, "transform").Task.ID); !strings.Contains(r.Events[0].Reason, "(step transform) by ui:operator") {
+		t.Errorf("the retried step's trail begins %q", r.Events[0].Reason)
+	}
+
+	// Bulk: the three failed imports of batch "nightly", by a filter.
+	run(t, ctx, "filter the failed imports",
+		chromedp.Navigate(base+"/tasks?kind=exec&state=failed"),
+		chromedp.WaitVisible(chromedp.CSS("#bulk-form")),
+		chromedp.SendKeys(chromedp.CSS(`input[name="payload"]`), `{"env": {"BATCH": "nightly"}, "argv": ["sh"]}`),
+		chromedp.Click(chromedp.CSS("#filter")),
+		chromedp.WaitVisible(chromedp.CSS("#bulk-review")),
+	)
+	run(t, ctx, "review the bulk retry",
+		chromedp.SetValue(chromedp.CSS("#bulk-action"), "retry"),
+		chromedp.Click(chromedp.CSS("#bulk-review")),
+		chromedp.WaitVisible(chromedp.CSS("#bulk-count")),
+	)
+	count := evalUntil(t, ctx, "the review counts the failed tasks", `document.querySelector('#bulk-count').textContent`,
+		func(string) bool { return true })
+	if !strings.Contains(count, "3 of the 3 tasks") {
+		t.Fatalf("the review says %q, want the 3 failed imports", count)
+	}
+	run(t, ctx, "confirm the bulk retry",
+		chromedp.Click(chromedp.CSS("#bulk-confirm")),
+		chromedp.WaitVisible(chromedp.CSS("#flash")),
+	)
+	notice := evalUntil(t, ctx, "the notice", `document.querySelector('#flash').textContent`, func(string) bool { return true })
+	if !strings.Contains(notice, "bulk retry by ui:operator: 3 of 3 tasks") {
+		t.Errorf("the notice says %q", notice)
+	}
+	for _, id := range batch {
+		r := f.mustGet(id)
+		if r.Task.Status != task.Failed {
+			t.Errorf("task %d is %s: a retry leaves the old task as it ended", id, r.Task.Status)
+		}
+		retries, err := f.client.Store().TaskRetries(t.Context(), id)
+		if err != nil || retries.As == nil || retries.As.By != "ui:operator" {
+			t.Fatalf("task %d's retry links: %+v %v", id, retries, err)
+		}
+		fresh := f.waitForTask(retries.As.RetryID, "succeeded", succeeded)
+		if !strings.Contains(fresh.Events[0].Reason, fmt.Sprintf("retry of task %d by ui:operator: bulk retry", id)) {
+			t.Errorf("task %d's retry's trail begins %q", retries.As.RetryID, fresh.Events[0].Reason)
+		}
+	}
+}
+
+func mustStep(t *testing.T, p store.Pipeline, name string) store.PipelineStep {
+	t.Helper()
+	s, ok := p.Step(name)
+	if !ok {
+		t.Fatalf("pipeline %d has no step %s", p.ID, name)
+	}
+	return s
 }
