@@ -1012,8 +1012,8 @@ func TestMigrationEightListsThePipelinesOfAnOlderSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if meta, err := s.Migrate(ctx, 64); err != nil || meta.SchemaVersion != 8 {
-		t.Fatalf("Migrate from 7: %+v, %v; want schema version 8", meta, err)
+	if meta, err := s.Migrate(ctx, 64); err != nil || meta.SchemaVersion != SchemaVersion {
+		t.Fatalf("Migrate from 7: %+v, %v; want schema version %d", meta, err, SchemaVersion)
 	}
 	p, err := s.GetPipeline(ctx, 1)
 	if err != nil {
