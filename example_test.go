@@ -58,19 +58,19 @@ func ExampleClient_Submit() {
 	fmt.Println("refused:", errors.Is(err, flotilla.ErrRefused), err)
 
 	for {
-		r, err := c.Get(ctx, t.ID)
+		got, err := c.Get(ctx, t.ID)
 		if err != nil {
 			panic(err)
 		}
-		if r.Task.Status.Terminal() {
-			fmt.Println("ended:", r.Task.Status)
+		if got.Status.Terminal() {
+			fmt.Println("ended:", got.Status)
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Output:
 	// task 1: kind email, key user-1, bucket 8, 5 attempts of 1m0s
-	// refused: true node node-1 holds bucket 8 but does not run kind "sms" (it runs: email); submit with --allow-unknown-kind to let the task wait for a node that does
+	// refused: true node node-1 holds bucket 8 but does not run kind "sms" (it runs: email); submit with flotilla.AllowUnknownKind() to let the task wait for a node that does
 	// ended: succeeded
 }
 
@@ -116,7 +116,7 @@ func ExampleClient_SubmitTx() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (item) VALUES (?)`, item); err != nil {
 			panic(err)
 		}
-		if _, err := c.SubmitTx(ctx, tx, flotilla.TaskRequest{Kind: "ship", Key: item}); err != nil {
+		if _, err := c.SubmitSQLiteTx(ctx, tx, flotilla.TaskRequest{Kind: "ship", Key: item}); err != nil {
 			panic(err)
 		}
 		if commit {

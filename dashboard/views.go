@@ -382,7 +382,7 @@ func (s *Server) task(ctx context.Context, r *http.Request) (taskView, error) {
 	if err != nil || id <= 0 {
 		return taskView{}, fmt.Errorf("task id %q is not a positive integer: %w", r.PathValue("id"), store.ErrInvalid)
 	}
-	rep, err := s.client.Get(ctx, id)
+	rep, err := s.client.Report(ctx, id)
 	if err != nil {
 		return taskView{}, err
 	}
