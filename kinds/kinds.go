@@ -36,6 +36,10 @@ type SleepPayload struct {
 	Duration string `json:"duration"`
 }
 
+// Kind is "sleep": a SleepPayload is the arguments of a sleep task
+// (flotilla.SubmitArgs).
+func (SleepPayload) Kind() string { return "sleep" }
+
 // SleepProgress is what a paused sleep saves: how long it has slept, so
 // that the attempt after a resume sleeps only the rest.
 type SleepProgress struct {
@@ -106,6 +110,9 @@ func sleepDuration(payload json.RawMessage) (time.Duration, error) {
 type FailPayload struct {
 	UntilAttempt int `json:"until_attempt"`
 }
+
+// Kind is "fail": a FailPayload is the arguments of a fail task.
+func (FailPayload) Kind() string { return "fail" }
 
 // Fail fails until the payload's attempt, then succeeds: for trying retries.
 func Fail(_ context.Context, t *task.Task) error {

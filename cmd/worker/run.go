@@ -204,7 +204,9 @@ func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg n
 		return err
 	} else if m != nil {
 		cfg.Metrics = m
+		cfg.Middleware = append(cfg.Middleware, m.Middleware())
 	}
+	cfg.Middleware = append(cfg.Middleware, adviseFlags)
 	n, err := node.New(s, cfg)
 	if err != nil {
 		return invalid(err)
