@@ -74,10 +74,10 @@ func ExampleClient_Submit() {
 	// ended: succeeded
 }
 
-// SubmitTx writes tasks in the caller's own transaction, here on the SQLite
-// store's file: they exist only if it commits. On PostgreSQL, tx is a
-// pgx.Tx from the store's database.
-func ExampleClient_SubmitTx() {
+// SubmitSQLiteTx writes tasks in the caller's own transaction on the SQLite
+// store's file: they exist only if it commits. On PostgreSQL, SubmitTx
+// takes a pgx.Tx from the store's database.
+func ExampleClient_SubmitSQLiteTx() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "flotilla-example-")
 	if err != nil {

@@ -2,6 +2,13 @@
 // of the box, so that a fleet can be tried before any code is written:
 // noop, sleep and fail; and exec, which runs a child process, refused
 // unless the operator allow-lists executables (see Exec).
+//
+// A program registers them on its node, and submits their payloads as any
+// task type (each is a flotilla.Args):
+//
+//	kinds.Register(n)
+//	kinds.RegisterExec(n, kinds.ExecConfig{Allowed: []string{"/usr/local/bin/backup"}})
+//	t, err := flotilla.SubmitArgs(ctx, client, kinds.SleepPayload{Duration: "2s"})
 package kinds
 
 import (
