@@ -438,21 +438,26 @@ func (c *Client) Report(ctx context.Context, id int64) (*TaskReport, error) {
 }
 
 // Wait reads task id until it has ended (succeeded, failed, stopped, ...:
-// task.Status.Terminal) and returns it as it ended, or returns ctx's error
-// with the task as last read. It reads often at first and less often as
-// the task runs on, at most every half second.
+// task.Status.Terminal) and returns it as it ended. When ctx ends first it
+// returns ctx's error, with the task as it was last read (nil if no read
+// finished). It reads often at first and less often as the task runs on, at
+// most every half second.
 func (c *Client) Wait(ctx context.Context, id int64) (*task.Task, error) {
 	poll := 5 * time.Millisecond
 	tick := time.NewTimer(poll)
 	defer tick.Stop()
+	var last *task.Task
 	for {
 		t, err := c.store.GetTask(ctx, id)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			return last, fmt.Errorf("task %d is still %s: %w", id, last.Status, context.Cause(ctx))
+		case err != nil:
 			return nil, err
-		}
-		if t.Status.Terminal() {
+		case t.Status.Terminal():
 			return t, nil
 		}
+		last = t
 		select {
 		case <-ctx.Done():
 			return t, fmt.Errorf("task %d is still %s: %w", id, t.Status, context.Cause(ctx))

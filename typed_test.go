@@ -301,11 +301,13 @@ func TestWaitEndsWithTheContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	got, err := fleet.Client.Wait(ctx, tk.ID)
-	if !errors.Is(err, context.DeadlineExceeded) || got == nil || got.Status != task.Queued {
-		t.Errorf("Wait on a task nobody runs: %+v, %v; want the task as queued and the deadline", got, err)
+	// The task as last read, unless the deadline came before any read
+	// ended, on a machine loaded enough.
+	if !errors.Is(err, context.DeadlineExceeded) || got != nil && got.Status != task.Queued {
+		t.Errorf("Wait on a task nobody runs: %+v, %v; want the deadline, and the task as queued", got, err)
 	}
 	if _, err := fleet.Client.Wait(t.Context(), 1<<40); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Wait on a missing task: %v, want store.ErrNotFound", err)
