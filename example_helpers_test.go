@@ -1,44 +1,28 @@
 package flotilla_test
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"testing"
+	"database/sql"
+	"strings"
 
 	"github.com/flotilla-dev/flotilla/flotillatest"
+	"github.com/flotilla-dev/flotilla/internal/exampletb"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/node"
 )
 
-// exampleT is the *testing.T that package flotillatest and the test
-// databases ask for, in examples, which have none: a failure panics, and
-// done runs the clean-ups.
-type exampleT struct {
-	testing.TB
-	cleanups []func()
-}
+// exampleT is the *testing.T an example has none of (see package
+// exampletb).
+type exampleT = exampletb.TB
 
-func (t *exampleT) Helper()                           {}
-func (t *exampleT) Name() string                      { return "Example" }
-func (t *exampleT) Context() context.Context          { return context.Background() }
-func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
-func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleT) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-func (t *exampleT) TempDir() string {
-	dir, err := os.MkdirTemp("", "flotilla-example-")
+// appDB is the application's own handle on an SQLite fleet's file, as an
+// application that submits in its transactions opens it: they begin
+// IMMEDIATE, as a writer's must on SQLite.
+func appDB(dsn string) *sql.DB {
+	db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
 	if err != nil {
 		panic(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-func (t *exampleT) done() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
+	return db
 }
 
 // exampleFleet is a fleet of one node on an SQLite file in a temporary
@@ -47,12 +31,12 @@ func (t *exampleT) done() {
 // and removes the file.
 func exampleFleet(register func(n *node.Node) error, opts ...flotillatest.FleetOption) (fleet *flotillatest.Fleet, done func()) {
 	t := &exampleT{}
-	return flotillatest.NewFleet(t, register, opts...), t.done
+	return flotillatest.NewFleet(t, register, opts...), t.Done
 }
 
 // postgresDSN is a new, empty PostgreSQL database on the test server, which
 // done drops: the examples of the calls that take a pgx.Tx run on it.
 func postgresDSN() (dsn string, done func()) {
 	t := &exampleT{}
-	return testdb.New(t), t.done
+	return testdb.New(t), t.Done
 }

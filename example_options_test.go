@@ -188,7 +188,7 @@ func importRows(ctx context.Context, job *flotilla.Job[Import]) (int, error) {
 // A Job is one attempt of a task, with its arguments decoded.
 func ExampleJob() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	imported, err := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Import]) (string, error) {
 		return fmt.Sprintf("task %d (%s), attempt %d of %d: %d rows", job.ID, job.Kind(), job.Attempt, job.MaxAttempts,
 			job.Args.Rows), nil
@@ -201,7 +201,7 @@ func ExampleJob() {
 // Kind is the task's kind, its type's.
 func ExampleJob_Kind() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	kind, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Import]) (string, error) {
 		return job.Kind(), nil
 	}, Import{})
@@ -213,7 +213,7 @@ func ExampleJob_Kind() {
 // SaveProgress records how far an attempt got; the next one starts there.
 func ExampleJob_SaveProgress() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var rec flotillatest.Recorded
 	_, err := flotillatest.Work(t, importRows, Import{Rows: 3}, flotillatest.WithRecorder(&rec))
 	fmt.Println(err)
@@ -230,7 +230,7 @@ func ExampleJob_SaveProgress() {
 // Progress reads what an earlier attempt saved.
 func ExampleJob_Progress() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	imported, err := flotillatest.Work(t, importRows, Import{Rows: 10},
 		flotillatest.WithProgress(importProgress{NextRow: 7}), flotillatest.WithAttempt(2, 3))
 	fmt.Println(imported, "rows imported by attempt 2", err)
@@ -241,7 +241,7 @@ func ExampleJob_Progress() {
 // Checkpoint answers task.ErrPaused once a pause was requested.
 func ExampleJob_Checkpoint() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var rec flotillatest.Recorded
 	_, err := flotillatest.Work(t, importRows, Import{Rows: 10}, flotillatest.WithPauseRequested(), flotillatest.WithRecorder(&rec))
 	fmt.Println(errors.Is(err, task.ErrPaused), string(rec.Progress[len(rec.Progress)-1]))
@@ -253,7 +253,7 @@ func ExampleJob_Checkpoint() {
 // effect, it lets a write refuse one from a superseded attempt.
 func ExampleJob_FencingToken() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	token, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Import]) (int64, error) {
 		return job.FencingToken(), nil
 	}, Import{})
@@ -270,7 +270,7 @@ func (Summary) Kind() string { return "summary" }
 // DependencyResult decodes the result of one of the step's dependencies.
 func ExampleJob_DependencyResult() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	total, err := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Summary]) (int, error) {
 		var eu, us Rows
 		if err := errors.Join(job.DependencyResult(ctx, "extract-eu", &eu), job.DependencyResult(ctx, "extract-us", &us)); err != nil {
@@ -289,7 +289,7 @@ func ExampleJob_DependencyResult() {
 // fan-in over dependencies it does not name.
 func ExampleJob_DependencyResults() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	n, err := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Summary]) (int, error) {
 		results, err := job.DependencyResults(ctx)
 		return len(results), err
@@ -302,7 +302,7 @@ func ExampleJob_DependencyResults() {
 // Append adds steps to the pipeline, written when the attempt's outcome is.
 func ExampleJob_Append() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var rec flotillatest.Recorded
 	_, err := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Summary]) (struct{}, error) {
 		report, err := flotilla.NewStep("report", Email{To: "ops@example.com"})
@@ -319,7 +319,7 @@ func ExampleJob_Append() {
 // Metadata is what travels with the task apart from its payload.
 func ExampleJob_Metadata() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	id, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Import]) (string, error) {
 		return job.Metadata()["request"], nil
 	}, Import{}, flotillatest.WithMetadata(map[string]string{"request": "req-7"}))
@@ -331,7 +331,7 @@ func ExampleJob_Metadata() {
 // Task is the task under the job, for what the job does not show.
 func ExampleJob_Task() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	step, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Summary]) (string, error) {
 		return job.Task().Step, nil
 	}, Summary{}, flotillatest.WithDependencyResults("summary", nil))

@@ -2,7 +2,6 @@ package flotilla_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -98,11 +97,8 @@ func ExampleClient_SubmitSQLiteTx() {
 		panic(err)
 	}
 	// The application's own handle on the file; its transactions begin
-	// IMMEDIATE, as a writer's must on SQLite.
-	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-	if err != nil {
-		panic(err)
-	}
+	// IMMEDIATE, as a writer's must on SQLite (appDB opens it so).
+	db := appDB("sqlite:" + path)
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
 		panic(err)

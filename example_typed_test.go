@@ -2,7 +2,6 @@ package flotilla_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -290,37 +289,22 @@ func ExampleSubmitArgsSQLiteTx() {
 	ctx := context.Background()
 	fleet, done := exampleFleet(handleEmail)
 	defer done()
-	// The application's handle on the fleet's file. Its transactions begin
-	// IMMEDIATE, as a writer's must on SQLite.
-	db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(fleet.DSN, "sqlite:")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-	if err != nil {
-		panic(err)
-	}
+	db := appDB(fleet.DSN) // the application's handle on the file: sql.Open("sqlite", "file:PATH?_txlock=immediate")
 	defer db.Close()
-	for _, commit := range []bool{false, true} {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			panic(err)
-		}
-		if _, err := flotilla.SubmitArgsSQLiteTx(ctx, fleet.Client, tx, Email{To: "ada@example.com"}); err != nil {
-			panic(err)
-		}
-		if commit {
-			err = tx.Commit()
-		} else {
-			err = tx.Rollback()
-		}
-		if err != nil {
-			panic(err)
-		}
-	}
-	tasks, err := fleet.Client.List(ctx, store.TaskFilter{Kind: "email"})
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(len(tasks), "task, the committed one")
+	t, err := flotilla.SubmitArgsSQLiteTx(ctx, fleet.Client, tx, Email{To: "ada@example.com"})
+	if err != nil {
+		panic(err)
+	}
+	if err := tx.Commit(); err != nil { // a rollback would leave no task
+		panic(err)
+	}
+	fmt.Println(fleet.Wait(t.ID).Status)
 	// Output:
-	// 1 task, the committed one
+	// succeeded
 }
 
 // SubmitArgsTx submits in the application's own PostgreSQL transaction: an
@@ -435,10 +419,7 @@ func ExampleClient_SubmitPipelineSQLiteTx() {
 	ctx := context.Background()
 	fleet, done := exampleFleet(nil)
 	defer done()
-	db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(fleet.DSN, "sqlite:")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-	if err != nil {
-		panic(err)
-	}
+	db := appDB(fleet.DSN)
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -536,14 +517,20 @@ func ExampleClient_Stop() {
 		panic(err)
 	}
 	fmt.Printf("%s -> %s\n", res.From, res.Status)
-	r, err := fleet.Client.Report(ctx, t.ID)
+	fmt.Println(lastMove(fleet.Client, t.ID))
+	// Output:
+	// queued -> cancelled
+	// cancelled - stop requested by ops: sent by hand
+}
+
+// lastMove is a task's state and the reason of its latest move, from its
+// audit trail.
+func lastMove(c *flotilla.Client, id int64) string {
+	r, err := c.Report(context.Background(), id)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(r.Events[len(r.Events)-1].Reason)
-	// Output:
-	// queued -> cancelled
-	// stop requested by ops: sent by hand
+	return fmt.Sprintf("%s - %s", r.Task.Status, r.Events[len(r.Events)-1].Reason)
 }
 
 // Reason says why, in the audit trail.
@@ -555,8 +542,7 @@ func ExampleReason() {
 	if _, err := fleet.Client.Pause(ctx, t.ID, flotilla.Reason("maintenance window")); err != nil {
 		panic(err)
 	}
-	r, _ := fleet.Client.Report(ctx, t.ID)
-	fmt.Println(r.Task.Status, "-", r.Events[len(r.Events)-1].Reason)
+	fmt.Println(lastMove(fleet.Client, t.ID))
 	// Output:
 	// paused - pause requested: maintenance window
 }
@@ -571,8 +557,7 @@ func ExampleBy() {
 	if _, err := fleet.Client.Resume(ctx, t.ID, flotilla.By("ada")); err != nil {
 		panic(err)
 	}
-	r, _ := fleet.Client.Report(ctx, t.ID)
-	fmt.Println(r.Task.Status, "-", r.Events[len(r.Events)-1].Reason)
+	fmt.Println(lastMove(fleet.Client, t.ID))
 	// Output:
 	// queued - resume requested by ada
 }

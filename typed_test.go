@@ -2,7 +2,6 @@ package flotilla_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -166,10 +165,7 @@ func TestSubmitOptionsSetTheTasksFields(t *testing.T) {
 func TestNewRequestAndTheTransactionalSubmits(t *testing.T) {
 	fleet := resizeFleet(t)
 	ctx := t.Context()
-	db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(fleet.DSN, "sqlite:")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := appDB(fleet.DSN)
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -334,10 +330,7 @@ func TestSubmitMiddlewareSeesEverySubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+strings.TrimPrefix(fleet.DSN, "sqlite:")+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := appDB(fleet.DSN)
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

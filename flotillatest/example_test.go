@@ -4,44 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/flotillatest"
+	"github.com/flotilla-dev/flotilla/internal/exampletb"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
 // exampleT stands in for a test's *testing.T, which an example has not: a
-// failure panics, and done runs the clean-ups. In a test, pass t.
-type exampleT struct {
-	testing.TB
-	cleanups []func()
-}
-
-func (t *exampleT) Helper()                           {}
-func (t *exampleT) Context() context.Context          { return context.Background() }
-func (t *exampleT) Cleanup(f func())                  { t.cleanups = append(t.cleanups, f) }
-func (t *exampleT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-func (t *exampleT) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
-
-func (t *exampleT) TempDir() string {
-	dir, err := os.MkdirTemp("", "flotillatest-example-")
-	if err != nil {
-		panic(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	return dir
-}
-
-func (t *exampleT) done() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
-}
+// failure panics, and Done runs the clean-ups. In a test, pass t.
+type exampleT = exampletb.TB
 
 // Welcome is the task type of the examples, and welcome its handler.
 type Welcome struct {
@@ -68,7 +43,7 @@ func signup(ctx context.Context, c *flotilla.Client, email string) error {
 // Work runs a handler in a test as a node would, without a fleet.
 func ExampleWork() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	got, err := flotillatest.Work(t, welcome, Welcome{To: "ada@example.com"})
 	fmt.Println(got, err)
 	_, err = flotillatest.Work(t, welcome, Welcome{To: "nobody"})
@@ -82,7 +57,7 @@ func ExampleWork() {
 // with its arguments decoded.
 func ExampleRequireSubmitted() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	if err := signup(t.Context(), fleet.Client, "ada@example.com"); err != nil {
 		panic(err)
@@ -96,7 +71,7 @@ func ExampleRequireSubmitted() {
 // RequireNotSubmitted checks that nothing was.
 func ExampleRequireNotSubmitted() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil)
 	flotillatest.RequireNotSubmitted[Welcome](t, fleet.Client)
 	fmt.Println("nothing submitted")
@@ -108,7 +83,7 @@ func ExampleRequireNotSubmitted() {
 // path: the claim, the attempt, the outcome.
 func ExampleNewFleet() {
 	t := &exampleT{}
-	defer t.done() // in a test, t.Cleanup shuts the fleet down
+	defer t.Done() // in a test, t.Cleanup shuts the fleet down
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	tk, err := flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "ada@example.com"})
 	if err != nil {
@@ -123,7 +98,7 @@ func ExampleNewFleet() {
 // A Fleet is a client, a node and the file's DSN.
 func ExampleFleet() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil)
 	fmt.Println(fleet.Node.ID(), strings.HasPrefix(fleet.DSN, "sqlite:"), fleet.Client.Policy().Count())
 	// Output:
@@ -133,7 +108,7 @@ func ExampleFleet() {
 // Wait waits for a task to end, failing the test if it does not.
 func ExampleFleet_Wait() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	tk, _ := flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "nobody"})
 	ended := fleet.Wait(tk.ID)
@@ -145,7 +120,7 @@ func ExampleFleet_Wait() {
 // A FleetOption configures NewFleet.
 func ExampleFleetOption() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	opts := []flotillatest.FleetOption{flotillatest.WithNumBuckets(8), flotillatest.WithNodeConfig(node.Config{NodeID: "n1"})}
 	fleet := flotillatest.NewFleet(t, nil, opts...)
 	fmt.Println(fleet.Node.ID(), fleet.Client.Policy().Count())
@@ -156,7 +131,7 @@ func ExampleFleetOption() {
 // WithNodeConfig starts the node with a configuration of the test's.
 func ExampleWithNodeConfig() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil, flotillatest.WithNodeConfig(node.Config{NodeID: "tester", Concurrency: 1}))
 	fmt.Println(fleet.Node.ID())
 	// Output:
@@ -166,7 +141,7 @@ func ExampleWithNodeConfig() {
 // WithNumBuckets sets the fleet's bucket count.
 func ExampleWithNumBuckets() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil, flotillatest.WithNumBuckets(4))
 	fmt.Println(fleet.Client.Policy().Count())
 	// Output:
@@ -177,7 +152,7 @@ func ExampleWithNumBuckets() {
 // submit middleware under test.
 func ExampleWithClientOptions() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var submits int
 	count := func(next flotilla.SubmitFunc) flotilla.SubmitFunc {
 		return func(ctx context.Context, rs []flotilla.TaskRequest) ([]*task.Task, error) {
@@ -195,7 +170,7 @@ func ExampleWithClientOptions() {
 // Submitted is the task found, with its arguments.
 func ExampleSubmitted() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	_ = signup(t.Context(), fleet.Client, "ada@example.com")
 	var got *flotillatest.Submitted[Welcome] = flotillatest.RequireSubmitted[Welcome](t, fleet.Client)
@@ -207,7 +182,7 @@ func ExampleSubmitted() {
 // RequireOptions narrow the tasks looked for; all must match.
 func ExampleRequireOption() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	_ = signup(t.Context(), fleet.Client, "ada@example.com")
 	_ = signup(t.Context(), fleet.Client, "bob@example.com")
@@ -220,7 +195,7 @@ func ExampleRequireOption() {
 // Key keeps the tasks of a key.
 func ExampleKey() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	_ = signup(t.Context(), fleet.Client, "ada@example.com")
 	fmt.Println(flotillatest.RequireSubmitted[Welcome](t, fleet.Client, flotillatest.Key("ada@example.com")).Task.ID)
@@ -231,7 +206,7 @@ func ExampleKey() {
 // Priority keeps the tasks of a priority.
 func ExamplePriority() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	_ = signup(t.Context(), fleet.Client, "ada@example.com")
 	flotillatest.RequireNotSubmitted[Welcome](t, fleet.Client, flotillatest.Priority(0))
@@ -243,7 +218,7 @@ func ExamplePriority() {
 // MaxAttempts keeps the tasks allowed so many attempts.
 func ExampleMaxAttempts() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil)
 	_, _ = flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "a@b"}, flotilla.WithMaxAttempts(7), flotilla.AllowUnknownKind())
 	fmt.Println(flotillatest.RequireSubmitted[Welcome](t, fleet.Client, flotillatest.MaxAttempts(7)).Task.MaxAttempts)
@@ -254,7 +229,7 @@ func ExampleMaxAttempts() {
 // UniqueKey keeps the tasks of a unique key.
 func ExampleUniqueKey() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil)
 	_, _ = flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "a@b"}, flotilla.WithUniqueKey("welcome-a"), flotilla.AllowUnknownKind())
 	fmt.Println(flotillatest.RequireSubmitted[Welcome](t, fleet.Client, flotillatest.UniqueKey("welcome-a")).Task.UniqueKey)
@@ -265,7 +240,7 @@ func ExampleUniqueKey() {
 // Status keeps the tasks in a state.
 func ExampleStatus() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	tk, _ := flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "ada@example.com"})
 	fleet.Wait(tk.ID)
@@ -277,7 +252,7 @@ func ExampleStatus() {
 // Due keeps the tasks due at a time, to the second.
 func ExampleDue() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, nil)
 	at := time.Now().Add(time.Hour)
 	_, _ = flotilla.SubmitArgs(t.Context(), fleet.Client, Welcome{To: "a@b"}, flotilla.WithRunAt(at), flotilla.AllowUnknownKind())
@@ -289,7 +264,7 @@ func ExampleDue() {
 // Args keeps the tasks whose arguments equal the value given.
 func ExampleArgs() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	fleet := flotillatest.NewFleet(t, registerWelcome)
 	_ = signup(t.Context(), fleet.Client, "ada@example.com")
 	_ = signup(t.Context(), fleet.Client, "bob@example.com")
@@ -301,7 +276,7 @@ func ExampleArgs() {
 // A WorkOption gives the attempt what a node would.
 func ExampleWorkOption() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	opts := []flotillatest.WorkOption{flotillatest.WithKey("ada"), flotillatest.WithAttempt(3, 3)}
 	last, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (bool, error) {
 		return job.Attempt == job.MaxAttempts, nil
@@ -314,7 +289,7 @@ func ExampleWorkOption() {
 // WithKey sets the task's key.
 func ExampleWithKey() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	key, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (string, error) {
 		return job.Key, nil
 	}, Welcome{}, flotillatest.WithKey("user-42"))
@@ -326,7 +301,7 @@ func ExampleWithKey() {
 // WithAttempt runs a later attempt.
 func ExampleWithAttempt() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	n, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (int, error) {
 		return job.Attempt, nil
 	}, Welcome{}, flotillatest.WithAttempt(2, 5))
@@ -342,7 +317,7 @@ type counted struct {
 // WithProgress gives the attempt what an earlier one saved.
 func ExampleWithProgress() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	resumed, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (int, error) {
 		var p counted
 		_, err := job.Progress(&p)
@@ -356,7 +331,7 @@ func ExampleWithProgress() {
 // WithPauseRequested has the attempt's checkpoint answer task.ErrPaused.
 func ExampleWithPauseRequested() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	_, err := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (struct{}, error) {
 		return struct{}{}, job.Checkpoint(ctx)
 	}, Welcome{}, flotillatest.WithPauseRequested())
@@ -368,7 +343,7 @@ func ExampleWithPauseRequested() {
 // WithDependencyResults runs the attempt as a pipeline step.
 func ExampleWithDependencyResults() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	got, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (string, error) {
 		var name string
 		err := job.DependencyResult(ctx, "lookup", &name)
@@ -382,7 +357,7 @@ func ExampleWithDependencyResults() {
 // WithMetadata gives the task metadata.
 func ExampleWithMetadata() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	got, _ := flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (string, error) {
 		return job.Metadata()["tenant"], nil
 	}, Welcome{}, flotillatest.WithMetadata(map[string]string{"tenant": "acme"}))
@@ -394,7 +369,7 @@ func ExampleWithMetadata() {
 // WithMiddleware runs the handler inside middleware, as a node would.
 func ExampleWithMiddleware() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	refuse := func(next node.Handler) node.Handler {
 		return func(ctx context.Context, t *task.Task) error { return errors.New("refused by the middleware") }
 	}
@@ -407,7 +382,7 @@ func ExampleWithMiddleware() {
 // WithRecorder records what the handler saved and appended.
 func ExampleWithRecorder() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var rec flotillatest.Recorded
 	_, _ = flotillatest.Work(t, func(ctx context.Context, job *flotilla.Job[Welcome]) (struct{}, error) {
 		return struct{}{}, job.SaveProgress(ctx, counted{Sent: 1})
@@ -420,7 +395,7 @@ func ExampleWithRecorder() {
 // Recorded holds the task as the handler left it, its result included.
 func ExampleRecorded() {
 	t := &exampleT{}
-	defer t.done()
+	defer t.Done()
 	var rec flotillatest.Recorded
 	_, _ = flotillatest.Work(t, welcome, Welcome{To: "ada@example.com"}, flotillatest.WithRecorder(&rec))
 	fmt.Println(string(rec.Task.Result), len(rec.Appended))
