@@ -2,7 +2,6 @@ package flotilla_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -58,26 +57,26 @@ func ExampleClient_Submit() {
 	fmt.Println("refused:", errors.Is(err, flotilla.ErrRefused), err)
 
 	for {
-		r, err := c.Get(ctx, t.ID)
+		got, err := c.Get(ctx, t.ID)
 		if err != nil {
 			panic(err)
 		}
-		if r.Task.Status.Terminal() {
-			fmt.Println("ended:", r.Task.Status)
+		if got.Status.Terminal() {
+			fmt.Println("ended:", got.Status)
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Output:
 	// task 1: kind email, key user-1, bucket 8, 5 attempts of 1m0s
-	// refused: true node node-1 holds bucket 8 but does not run kind "sms" (it runs: email); submit with --allow-unknown-kind to let the task wait for a node that does
+	// refused: true node node-1 holds bucket 8 but does not run kind "sms" (it runs: email); submit with flotilla.AllowUnknownKind() to let the task wait for a node that does
 	// ended: succeeded
 }
 
-// SubmitTx writes tasks in the caller's own transaction, here on the SQLite
-// store's file: they exist only if it commits. On PostgreSQL, tx is a
-// pgx.Tx from the store's database.
-func ExampleClient_SubmitTx() {
+// SubmitSQLiteTx writes tasks in the caller's own transaction on the SQLite
+// store's file: they exist only if it commits. On PostgreSQL, SubmitTx
+// takes a pgx.Tx from the store's database.
+func ExampleClient_SubmitSQLiteTx() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "flotilla-example-")
 	if err != nil {
@@ -98,11 +97,8 @@ func ExampleClient_SubmitTx() {
 		panic(err)
 	}
 	// The application's own handle on the file; its transactions begin
-	// IMMEDIATE, as a writer's must on SQLite.
-	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)")
-	if err != nil {
-		panic(err)
-	}
+	// IMMEDIATE, as a writer's must on SQLite (appDB opens it so).
+	db := appDB("sqlite:" + path)
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT)`); err != nil {
 		panic(err)
@@ -116,7 +112,7 @@ func ExampleClient_SubmitTx() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (item) VALUES (?)`, item); err != nil {
 			panic(err)
 		}
-		if _, err := c.SubmitTx(ctx, tx, flotilla.TaskRequest{Kind: "ship", Key: item}); err != nil {
+		if _, err := c.SubmitSQLiteTx(ctx, tx, flotilla.TaskRequest{Kind: "ship", Key: item}); err != nil {
 			panic(err)
 		}
 		if commit {

@@ -1,15 +1,51 @@
-// Package flotilla is the client of a flotilla fleet, for applications that
-// only enqueue and inspect tasks: Submit, SubmitMany, SubmitTx inside the
-// caller's transaction, Get and List, and Stop, Pause and Resume. A
-// Client never runs tasks and never consumes commands: it issues them, and
-// nodes (package node) apply them.
+// Package flotilla runs background tasks for Go programs, on SQLite for one
+// machine and PostgreSQL for a fleet of them. Describe a task as a Go type
+// that names its kind, write a handler for it, submit tasks, and the nodes
+// of the fleet run them, retried, timed out, paused and stopped as asked.
 //
-// Submit routes a task by its key to the key's bucket, and by default refuses
-// a task that would wait silently: one whose bucket no live node holds, or
-// whose kind the bucket's holder does not run (DESIGN invariants 7 and 11).
-// A task without a key has no bucket of its own: Submit places it in a
-// bucket that a live node holds and whose holder runs its kind, and refuses
-// it only when there is none.
+//	type Email struct {
+//		To string `json:"to"`
+//	}
+//
+//	func (Email) Kind() string { return "email" }
+//
+//	err := flotilla.Migrate(ctx, "sqlite:app.db") // creates the schema, or upgrades it
+//	client, err := flotilla.Connect(ctx, "sqlite:app.db")
+//	n, err := node.New(client.Store(), node.Config{AllBuckets: true})
+//	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Email]) (string, error) {
+//		return send(ctx, job.Args.To) // the result, stored as JSON
+//	})
+//	err = n.Start(ctx)
+//	t, err := flotilla.SubmitArgs(ctx, client, Email{To: "ada@example.com"}, flotilla.WithKey("user-42"))
+//	id, err := flotilla.WaitResult[string](ctx, client, t.ID)
+//
+// A node (package node) runs handlers; a Client only submits and inspects,
+// so a web server that enqueues work needs no node. Handle registers a
+// handler for a type's kind: the payload is decoded into the type strictly
+// (a field the type lacks fails the task at once, naming the field), and
+// the handler's result is stored with the task, read back with ResultOf.
+// SubmitArgs submits one task, with options (WithKey, WithPriority,
+// WithMaxAttempts, WithRunAt, WithUniqueKey, ...); SubmitTx and
+// SubmitSQLiteTx submit inside the application's own transaction, so that a
+// task exists only if the transaction commits. Stop, Pause and Resume
+// control a task wherever it runs, taking Reason and By.
+//
+// Package flotillatest runs a handler in a test without a fleet, checks
+// what a function submitted, and starts a one-node fleet on a temporary
+// file; package otel traces each submit and each attempt, the attempt a
+// child of the submit.
+//
+// # Routing
+//
+// A task's key picks its bucket, and each bucket has one holder at a time,
+// the only node that runs its tasks. Submit routes a task by its key to the
+// key's bucket, and by default refuses a task that would wait silently: one
+// whose bucket no live node holds, or whose kind the bucket's holder does
+// not run (docs/design.md, invariants 7 and 11). A task without a key has no
+// bucket of its own: Submit places it in a bucket that a live node holds and
+// whose holder runs its kind, and refuses it only when there is none. A
+// Client never runs tasks and never consumes commands: it issues them, and
+// the nodes apply them.
 package flotilla
 
 import (
@@ -17,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -32,9 +69,10 @@ import (
 
 // Client enqueues and inspects tasks. It is safe for concurrent use.
 type Client struct {
-	store  store.Store
-	policy bucket.Policy
-	owned  bool // Close closes the store
+	store      store.Store
+	policy     bucket.Policy
+	owned      bool // Close closes the store
+	middleware []SubmitMiddleware
 
 	mu      sync.Mutex
 	fleet   fleetView
@@ -43,15 +81,31 @@ type Client struct {
 
 // Connect opens a Client on the fleet at dsn: a PostgreSQL URL
 // (postgres://...) or an SQLite file (sqlite:PATH, or a path ending in .db);
-// see package dsn.
-func Connect(ctx context.Context, dsn string) (*Client, error) {
-	s, err := storedsn.Open(ctx, dsn)
+// see package dsn. A database without the schema is refused with an error
+// matching ErrNoSchema, and nothing is created: Migrate creates the schema.
+// Close closes what Connect opened.
+func Connect(ctx context.Context, dsn string, opts ...ClientOption) (*Client, error) {
+	target, err := storedsn.Parse(dsn)
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewClient(ctx, s)
+	if target.Kind == storedsn.SQLite {
+		// Opening a missing file would create it, empty.
+		if _, err := os.Stat(target.Path); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", target, ErrNoSchema)
+		}
+	}
+	s, err := target.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewClient(ctx, s, opts...)
 	if err != nil {
 		s.Close()
+		var se *store.SchemaError
+		if errors.As(err, &se) && se.Database == 0 {
+			return nil, fmt.Errorf("%s: %w", target, ErrNoSchema)
+		}
 		return nil, err
 	}
 	c.owned = true
@@ -59,8 +113,8 @@ func Connect(ctx context.Context, dsn string) (*Client, error) {
 }
 
 // NewClient wraps a store. It reads the fleet's bucket count, refusing a
-// schema this binary does not know.
-func NewClient(ctx context.Context, s store.Store) (*Client, error) {
+// schema this binary does not know (*store.SchemaError).
+func NewClient(ctx context.Context, s store.Store, opts ...ClientOption) (*Client, error) {
 	meta, err := s.Meta(ctx)
 	if err != nil {
 		return nil, err
@@ -69,7 +123,11 @@ func NewClient(ctx context.Context, s store.Store) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{store: s, policy: policy, viewTTL: time.Second}, nil
+	c := &Client{store: s, policy: policy, viewTTL: time.Second}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c, nil
 }
 
 // Close closes the store if Connect opened it.
@@ -91,22 +149,6 @@ func (c *Client) Policy() bucket.Policy { return c.policy }
 // (*store.InvalidError) as the command line prints.
 type TaskRequest = node.SubmitRequest
 
-// SubmitOption relaxes Submit's checks.
-type SubmitOption func(*submitOptions)
-
-type submitOptions struct {
-	allowUnowned     bool
-	allowUnknownKind bool
-}
-
-// AllowUnowned accepts a task whose bucket no live node holds; it waits
-// until a node takes the bucket.
-func AllowUnowned() SubmitOption { return func(o *submitOptions) { o.allowUnowned = true } }
-
-// AllowUnknownKind accepts a task whose kind the bucket's holder does not
-// run; it waits until a node that runs it holds the bucket.
-func AllowUnknownKind() SubmitOption { return func(o *submitOptions) { o.allowUnknownKind = true } }
-
 // ErrRefused is matched by every refusal that comes from the fleet's state
 // rather than from the request itself.
 var ErrRefused = errors.New("refused by the fleet")
@@ -121,10 +163,10 @@ type UnheldBucketError struct {
 func (e *UnheldBucketError) Error() string {
 	if e.Bucket < 0 {
 		return "no live node holds any bucket: a task without a key would wait unserved; " +
-			"start a node, or submit with --allow-unowned"
+			"start a node, or submit with flotilla.AllowUnowned()"
 	}
 	return fmt.Sprintf("no live node holds bucket %d (key %q): the task would wait unserved; "+
-		"start a node whose --buckets include %d, or submit with --allow-unowned", e.Bucket, e.Key, e.Bucket)
+		"start a node that declares bucket %d, or submit with flotilla.AllowUnowned()", e.Bucket, e.Key, e.Bucket)
 }
 
 func (e *UnheldBucketError) Is(target error) bool { return target == ErrRefused }
@@ -142,17 +184,17 @@ type UnservedKindError struct {
 func (e *UnservedKindError) Error() string {
 	if e.Bucket < 0 {
 		return fmt.Sprintf("no live node that holds a bucket runs kind %q (they run: %s); "+
-			"submit with --allow-unknown-kind to let the task wait for a node that does",
+			"submit with flotilla.AllowUnknownKind() to let the task wait for a node that does",
 			e.Kind, strings.Join(e.Kinds, ", "))
 	}
 	return fmt.Sprintf("node %s holds bucket %d but does not run kind %q (it runs: %s); "+
-		"submit with --allow-unknown-kind to let the task wait for a node that does",
+		"submit with flotilla.AllowUnknownKind() to let the task wait for a node that does",
 		e.Holder, e.Bucket, e.Kind, strings.Join(e.Kinds, ", "))
 }
 
 func (e *UnservedKindError) Is(target error) bool { return target == ErrRefused }
 
-// Submit creates one task. See SubmitMany.
+// Submit creates one task, with opts applied over r. See SubmitMany.
 func (c *Client) Submit(ctx context.Context, r TaskRequest, opts ...SubmitOption) (*task.Task, error) {
 	out, err := c.SubmitMany(ctx, []TaskRequest{r}, opts...)
 	if err != nil {
@@ -162,7 +204,8 @@ func (c *Client) Submit(ctx context.Context, r TaskRequest, opts ...SubmitOption
 }
 
 // SubmitMany creates tasks atomically, all or none, after checking that each
-// would be served (unless told otherwise by opts).
+// would be served (unless told otherwise by opts). The field options of
+// opts (WithKey, WithPriority, ...) apply to every task.
 //
 // A task with a key goes to the key's bucket (xxhash64(key) mod N). A task
 // without one has no ordering to keep and no bucket of its own: it goes to a
@@ -173,38 +216,32 @@ func (c *Client) Submit(ctx context.Context, r TaskRequest, opts ...SubmitOption
 // AllowUnowned it goes to a random bucket nobody holds instead. Its stored
 // key stays "".
 func (c *Client) SubmitMany(ctx context.Context, rs []TaskRequest, opts ...SubmitOption) ([]*task.Task, error) {
-	var o submitOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	nts, err := c.route(ctx, rs, o)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.checkServed(ctx, nts, o); err != nil {
-		return nil, err
-	}
-	return c.store.CreateTasks(ctx, nts)
+	o := newSubmitOptions(opts)
+	return c.submitWith(ctx, o, rs, func(ctx context.Context, nts []store.NewTask) ([]*task.Task, error) {
+		if err := c.checkServed(ctx, nts, o); err != nil {
+			return nil, err
+		}
+		return c.store.CreateTasks(ctx, nts)
+	})
 }
 
-// SubmitTx creates tasks inside the caller's transaction: they exist, and
-// nodes hear of them, only if tx commits. tx is the store's own kind of
-// transaction (see store.TxCreator): a pgx.Tx on the PostgreSQL store's
-// database, or a *sql.Tx on the SQLite store's file; another kind is
-// refused with store.ErrInvalid. It does not check that the tasks will be
-// served, since the caller's transaction decides when they exist; a task
-// without a key still goes to a bucket a live node holds, when one does.
-func (c *Client) SubmitTx(ctx context.Context, tx any, rs ...TaskRequest) ([]*task.Task, error) {
-	txs, ok := c.store.(store.TxCreator)
-	if !ok {
-		return nil, fmt.Errorf("%w: SubmitTx needs a store that creates tasks in the caller's transaction "+
-			"(PostgreSQL or SQLite), not %T", store.ErrInvalid, c.store)
+// submitWith is every submit of tasks: opts' fields are applied to each
+// request, the middleware runs around the rest, and the requests are routed
+// (within o's checks) and given to create.
+func (c *Client) submitWith(ctx context.Context, o submitOptions, rs []TaskRequest,
+	create func(context.Context, []store.NewTask) ([]*task.Task, error)) ([]*task.Task, error) {
+	applied := make([]TaskRequest, len(rs))
+	for i, r := range rs {
+		applied[i] = o.apply(r)
 	}
-	nts, err := c.route(ctx, rs, submitOptions{allowUnowned: true, allowUnknownKind: true})
-	if err != nil {
-		return nil, err
+	last := func(ctx context.Context, rs []TaskRequest) ([]*task.Task, error) {
+		nts, err := c.route(ctx, rs, o)
+		if err != nil {
+			return nil, err
+		}
+		return create(ctx, nts)
 	}
-	return txs.CreateTasksInTx(ctx, tx, nts)
+	return chainSubmit(last, c.middleware)(ctx, applied)
 }
 
 // route turns requests into the store's form, with their buckets.
@@ -372,8 +409,15 @@ func runs(n store.NodeInfo, kind string) bool {
 	return false
 }
 
-// Get returns a task, its audit trail, and, while it waits, why.
-func (c *Client) Get(ctx context.Context, id int64) (*TaskReport, error) {
+// Get returns a task as it is now, as List returns each. A missing one
+// matches store.ErrNotFound.
+func (c *Client) Get(ctx context.Context, id int64) (*task.Task, error) {
+	return c.store.GetTask(ctx, id)
+}
+
+// Report returns a task with its audit trail and, while it waits, why: what
+// `worker get` prints.
+func (c *Client) Report(ctx context.Context, id int64) (*TaskReport, error) {
 	t, err := c.store.GetTask(ctx, id)
 	if err != nil {
 		return nil, err
@@ -393,7 +437,38 @@ func (c *Client) Get(ctx context.Context, id int64) (*TaskReport, error) {
 	return r, nil
 }
 
-// TaskReport is a task with its trail.
+// Wait reads task id until it has ended (succeeded, failed, stopped, ...:
+// task.Status.Terminal) and returns it as it ended. When ctx ends first it
+// returns ctx's error, with the task as it was last read (nil if no read
+// finished). It reads often at first and less often as the task runs on, at
+// most every half second.
+func (c *Client) Wait(ctx context.Context, id int64) (*task.Task, error) {
+	poll := 5 * time.Millisecond
+	tick := time.NewTimer(poll)
+	defer tick.Stop()
+	var last *task.Task
+	for {
+		t, err := c.store.GetTask(ctx, id)
+		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			return last, fmt.Errorf("task %d is still %s: %w", id, last.Status, context.Cause(ctx))
+		case err != nil:
+			return nil, err
+		case t.Status.Terminal():
+			return t, nil
+		}
+		last = t
+		select {
+		case <-ctx.Done():
+			return t, fmt.Errorf("task %d is still %s: %w", id, t.Status, context.Cause(ctx))
+		case <-tick.C:
+		}
+		poll = min(2*poll, 500*time.Millisecond)
+		tick.Reset(poll)
+	}
+}
+
+// TaskReport is a task with its trail (Report).
 type TaskReport struct {
 	Task   *task.Task
 	Events []task.Event
@@ -471,26 +546,6 @@ func (c *Client) Buckets(ctx context.Context) ([]BucketReport, error) {
 // Nodes lists the registered nodes.
 func (c *Client) Nodes(ctx context.Context) ([]store.NodeInfo, error) {
 	return c.store.ListNodes(ctx)
-}
-
-// Stop stops task id: at once when no node runs it (-> cancelled), through
-// the command channel when one does (-> stopping -> stopped). It returns once
-// the request is recorded; WaitCommand waits for a command's outcome. A
-// finished task is *commands.TooLateError; a missing one matches
-// store.ErrNotFound. issuedBy names the requester in the audit trail.
-func (c *Client) Stop(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
-	return commands.Stop(ctx, c.store, id, reason, issuedBy)
-}
-
-// Pause pauses task id: at once when it waits to run, at its handler's next
-// checkpoint when it runs.
-func (c *Client) Pause(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
-	return commands.Pause(ctx, c.store, id, reason, issuedBy)
-}
-
-// Resume queues paused task id again.
-func (c *Client) Resume(ctx context.Context, id int64, reason, issuedBy string) (commands.Result, error) {
-	return commands.Resume(ctx, c.store, id, reason, issuedBy)
 }
 
 // WaitCommand waits until command id is acknowledged (see commands.Wait),

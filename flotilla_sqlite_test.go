@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
 	"github.com/flotilla-dev/flotilla"
@@ -55,7 +57,7 @@ func TestSubmitTxOnSQLiteFollowsTheCallersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.SubmitTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "rolled-back"}); err != nil {
+	if _, err := c.SubmitSQLiteTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "rolled-back"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -65,7 +67,7 @@ func TestSubmitTxOnSQLiteFollowsTheCallersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := c.SubmitTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "committed"})
+	created, err := c.SubmitSQLiteTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "committed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,19 +93,47 @@ func TestSubmitTxOnSQLiteFollowsTheCallersTransaction(t *testing.T) {
 	}
 }
 
-func TestSubmitTxOnSQLiteRefusesAnotherKindOfTransactionOrFile(t *testing.T) {
-	ctx, _, c, _ := sqliteClient(t)
-	if _, err := c.SubmitTx(ctx, "not a tx", flotilla.TaskRequest{Kind: "work", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("SubmitTx with a string: %v, want store.ErrInvalid", err)
+// TestSubmitTxTakesEachDatabasesTransactionType holds the signatures that
+// make the wrong kind of transaction a compile error: SubmitTx and
+// SubmitPipelineTx take a pgx.Tx, their SQLite forms a *sql.Tx.
+func TestSubmitTxTakesEachDatabasesTransactionType(t *testing.T) {
+	pgxTx, sqlTx := reflect.TypeFor[pgx.Tx](), reflect.TypeFor[*sql.Tx]()
+	for _, m := range []struct {
+		name string
+		fn   any
+		want reflect.Type
+	}{
+		{"Client.SubmitTx", (*flotilla.Client).SubmitTx, pgxTx},
+		{"Client.SubmitPipelineTx", (*flotilla.Client).SubmitPipelineTx, pgxTx},
+		{"Client.SubmitSQLiteTx", (*flotilla.Client).SubmitSQLiteTx, sqlTx},
+		{"Client.SubmitPipelineSQLiteTx", (*flotilla.Client).SubmitPipelineSQLiteTx, sqlTx},
+		{"SubmitArgsTx", flotilla.SubmitArgsTx[greeting], pgxTx},
+		{"SubmitArgsSQLiteTx", flotilla.SubmitArgsSQLiteTx[greeting], sqlTx},
+	} {
+		fn := reflect.TypeOf(m.fn)
+		found := false
+		for i := range fn.NumIn() {
+			found = found || fn.In(i) == m.want
+			if fn.In(i).Kind() == reflect.Interface && fn.In(i).NumMethod() == 0 {
+				t.Errorf("%s takes an %v: the compiler cannot check what is passed", m.name, fn.In(i))
+			}
+		}
+		if !found {
+			t.Errorf("%s is %v: it takes no %v", m.name, fn, m.want)
+		}
 	}
+}
+
+func TestSubmitSQLiteTxRefusesATransactionOnAnotherFile(t *testing.T) {
+	ctx, _, c, _ := sqliteClient(t)
 	_, _, _, otherDB := sqliteClient(t)
 	tx, err := otherDB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := c.SubmitTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("SubmitTx with a transaction on another file: %v, want store.ErrInvalid", err)
+	if _, err := c.SubmitSQLiteTx(ctx, tx, flotilla.TaskRequest{Kind: "work", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("SubmitSQLiteTx with a transaction on another file: %v, want store.ErrInvalid", err)
 	}
 }
 
@@ -134,3 +164,10 @@ func TestConnectPicksTheStoreByDSN(t *testing.T) {
 }
 
 func bucketString(b int) string { return bucket.Of(b).String() }
+
+// greeting is a task type of the tests.
+type greeting struct {
+	Name string `json:"name"`
+}
+
+func (greeting) Kind() string { return "greet" }

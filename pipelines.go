@@ -29,10 +29,14 @@ type PipelineRequest struct {
 // (no step, a name twice, a dependency on an unknown step, a cycle) are
 // refused with store.ErrInvalid, naming the problem, and nothing is
 // written.
+//
+// Of the submit options it takes the checks (AllowUnowned,
+// AllowUnknownKind), and refuses those that set a task's fields: a step's
+// are set on its task.Step.
 func (c *Client) SubmitPipeline(ctx context.Context, r PipelineRequest, opts ...SubmitOption) (store.Pipeline, error) {
-	var o submitOptions
-	for _, opt := range opts {
-		opt(&o)
+	o := newSubmitOptions(opts)
+	if err := o.noFields("SubmitPipeline", "set them on each task.Step, and the key on PipelineRequest.Key"); err != nil {
+		return store.Pipeline{}, err
 	}
 	if _, err := store.CheckSteps(r.Steps, nil, nil); err != nil {
 		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", r.Name, err)
@@ -48,26 +52,6 @@ func (c *Client) SubmitPipeline(ctx context.Context, r PipelineRequest, opts ...
 		}
 	}
 	return c.store.CreatePipeline(ctx, store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps})
-}
-
-// SubmitPipelineTx creates a pipeline inside the caller's transaction: it
-// exists, and nodes hear of its first steps, only if tx commits. tx is the
-// store's own kind of transaction, as for SubmitTx: a pgx.Tx on the
-// PostgreSQL store's database, or a *sql.Tx on the SQLite store's file;
-// another kind is refused with store.ErrInvalid. Invalid steps are refused
-// as SubmitPipeline refuses them, with nothing written. It does not check
-// that the steps will be served, since the caller's transaction decides
-// when they exist.
-func (c *Client) SubmitPipelineTx(ctx context.Context, tx any, r PipelineRequest) (store.Pipeline, error) {
-	txs, ok := c.store.(store.TxCreator)
-	if !ok {
-		return store.Pipeline{}, fmt.Errorf("%w: SubmitPipelineTx needs a store that creates pipelines in the caller's "+
-			"transaction (PostgreSQL or SQLite), not %T", store.ErrInvalid, c.store)
-	}
-	if _, err := store.CheckSteps(r.Steps, nil, nil); err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", r.Name, err)
-	}
-	return txs.CreatePipelineInTx(ctx, tx, store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps})
 }
 
 // GetPipeline reads a pipeline with the current task of each step.
@@ -95,9 +79,9 @@ type PipelineStepResult struct {
 // they ended. It answers one result per step it acted on; a step that ended
 // meanwhile is left as it ended. A missing pipeline matches
 // store.ErrNotFound.
-func (c *Client) StopPipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+func (c *Client) StopPipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
 	return c.eachUnfinishedStep(ctx, id, store.CommandStop, func(s store.PipelineStep) (commands.Result, error) {
-		return c.Stop(ctx, s.Task.ID, reason, issuedBy)
+		return c.Stop(ctx, s.Task.ID, opts...)
 	})
 }
 
@@ -111,13 +95,13 @@ func (c *Client) StopPipeline(ctx context.Context, id int64, reason, issuedBy st
 // Steps are visited dependencies first, and the pipeline is read again until
 // no new unfinished step appears, so that a step released or appended
 // while the pause went on is paused too.
-func (c *Client) PausePipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+func (c *Client) PausePipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
 	return c.eachUnfinishedStep(ctx, id, store.CommandPause, func(s store.PipelineStep) (commands.Result, error) {
 		if s.Task.Status == task.Stopping {
 			// Being stopped: it ends stopped, which a pause cannot change.
 			return commands.Result{TaskID: s.Task.ID, Kind: store.CommandPause, From: s.Task.Status, Status: s.Task.Status}, nil
 		}
-		return c.Pause(ctx, s.Task.ID, reason, issuedBy)
+		return c.Pause(ctx, s.Task.ID, opts...)
 	})
 }
 
@@ -128,12 +112,12 @@ func (c *Client) PausePipeline(ctx context.Context, id int64, reason, issuedBy s
 // dependency ending at the same moment is counted once. Steps that are not
 // paused are left alone; one still pausing pauses at its checkpoint after
 // this returns and needs another resume.
-func (c *Client) ResumePipeline(ctx context.Context, id int64, reason, issuedBy string) ([]PipelineStepResult, error) {
+func (c *Client) ResumePipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
 	return c.eachUnfinishedStep(ctx, id, store.CommandResume, func(s store.PipelineStep) (commands.Result, error) {
 		if s.Task.Status != task.Paused {
 			return commands.Result{}, errNotActedOn
 		}
-		return c.Resume(ctx, s.Task.ID, reason, issuedBy)
+		return c.Resume(ctx, s.Task.ID, opts...)
 	})
 }
 

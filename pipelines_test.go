@@ -213,7 +213,7 @@ func TestStopPipelineStopsWhatRunsAndCancelsWhatWaits(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, b *pipelineBundle) {
 		p := b.submit(t, pstep("done", "work"), pstep("a", "hold"), pstep("b", "work", "a"), pstep("c", "work", "b"))
 		b.waitFor(t, p.ID, "done=succeeded a=running b=pending c=pending")
-		rs, err := b.client.StopPipeline(b.ctx, p.ID, "maintenance", "ops")
+		rs, err := b.client.StopPipeline(b.ctx, p.ID, flotilla.Reason("maintenance"), flotilla.By("ops"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestStopPipelineStopsWhatRunsAndCancelsWhatWaits(t *testing.T) {
 		if n := b.startedCount("b") + b.startedCount("c"); n != 0 {
 			t.Errorf("%d attempts of b and c started after the stop", n)
 		}
-		if _, err := b.client.StopPipeline(b.ctx, 1<<40, "", "ops"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.client.StopPipeline(b.ctx, 1<<40, flotilla.By("ops")); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("stop of a missing pipeline: %v, want store.ErrNotFound", err)
 		}
 	})
@@ -245,7 +245,7 @@ func TestPauseAndResumePipeline(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, b *pipelineBundle) {
 		p := b.submit(t, pstep("a", "hold"), pstep("b", "work", "a"), pstep("c", "work", "b"))
 		b.waitFor(t, p.ID, "a=running b=pending c=pending")
-		rs, err := b.client.PausePipeline(b.ctx, p.ID, "maintenance", "ops")
+		rs, err := b.client.PausePipeline(b.ctx, p.ID, flotilla.Reason("maintenance"), flotilla.By("ops"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestPauseAndResumePipeline(t *testing.T) {
 			t.Errorf("pause acted %q, want %q", got, want)
 		}
 		b.waitFor(t, p.ID, "a=paused b=paused c=paused")
-		rs, err = b.client.ResumePipeline(b.ctx, p.ID, "", "ops")
+		rs, err = b.client.ResumePipeline(b.ctx, p.ID, flotilla.By("ops"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +275,7 @@ func TestAPausedPipelineReleasesNothingWhenARunningStepFinishes(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, b *pipelineBundle) {
 		p := b.submit(t, pstep("a", "deaf"), pstep("b", "work", "a"))
 		b.waitFor(t, p.ID, "a=running b=pending")
-		if _, err := b.client.PausePipeline(b.ctx, p.ID, "", "ops"); err != nil {
+		if _, err := b.client.PausePipeline(b.ctx, p.ID, flotilla.By("ops")); err != nil {
 			t.Fatal(err)
 		}
 		b.waitFor(t, p.ID, "a=pausing b=paused")
@@ -286,7 +286,7 @@ func TestAPausedPipelineReleasesNothingWhenARunningStepFinishes(t *testing.T) {
 		if n := b.startedCount("b"); n != 0 {
 			t.Fatalf("b started %d times while its pipeline was paused", n)
 		}
-		rs, err := b.client.ResumePipeline(b.ctx, p.ID, "", "ops")
+		rs, err := b.client.ResumePipeline(b.ctx, p.ID, flotilla.By("ops"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +305,7 @@ func TestAPausedPipelineReleasesNothingWhenARunningStepFinishes(t *testing.T) {
 // its end.
 func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 	type opened struct {
-		tx       any
+		submit   func(flotilla.PipelineRequest) (store.Pipeline, error)
 		commit   func() error
 		rollback func() error
 	}
@@ -318,7 +318,7 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 		chain := []task.Step{pstep("a", "work"), pstep("b", "work", "a")}
 
 		tx := begin()
-		if _, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "undone", Key: "undone", Steps: chain}); err != nil {
+		if _, err := tx.submit(flotilla.PipelineRequest{Name: "undone", Key: "undone", Steps: chain}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.rollback(); err != nil {
@@ -327,7 +327,7 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 
 		tx = begin()
 		cycle := []task.Step{pstep("a", "work", "b"), pstep("b", "work", "a")}
-		if _, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "cycle", Steps: cycle}); !errors.Is(err, store.ErrInvalid) ||
+		if _, err := tx.submit(flotilla.PipelineRequest{Name: "cycle", Steps: cycle}); !errors.Is(err, store.ErrInvalid) ||
 			!strings.Contains(err.Error(), "cycle") {
 			t.Errorf("a pipeline with a cycle: %v, want store.ErrInvalid naming the cycle", err)
 		}
@@ -339,7 +339,7 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 		}
 
 		tx = begin()
-		p, err := c.SubmitPipelineTx(ctx, tx.tx, flotilla.PipelineRequest{Name: "done", Key: "done", Steps: chain})
+		p, err := tx.submit(flotilla.PipelineRequest{Name: "done", Key: "done", Steps: chain})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,10 +360,6 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 			t.Errorf("after the commit: %d tasks (%v), want the committed pipeline's 2", len(list), err)
 		}
 
-		if _, err := c.SubmitPipelineTx(ctx, "not a tx", flotilla.PipelineRequest{Name: "x", Steps: chain}); !errors.Is(err, store.ErrInvalid) ||
-			!strings.Contains(err.Error(), "string") {
-			t.Errorf("SubmitPipelineTx with a string for a transaction: %v, want store.ErrInvalid naming its type", err)
-		}
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		ctx, s, c, db := sqliteClient(t)
@@ -372,7 +368,8 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return opened{tx: tx, commit: tx.Commit, rollback: tx.Rollback}
+			submit := func(r flotilla.PipelineRequest) (store.Pipeline, error) { return c.SubmitPipelineSQLiteTx(ctx, tx, r) }
+			return opened{submit: submit, commit: tx.Commit, rollback: tx.Rollback}
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
@@ -382,15 +379,18 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return opened{tx: tx, commit: func() error { return tx.Commit(pb.ctx) }, rollback: func() error { return tx.Rollback(pb.ctx) }}
+			submit := func(r flotilla.PipelineRequest) (store.Pipeline, error) {
+				return pb.client.SubmitPipelineTx(pb.ctx, tx, r)
+			}
+			return opened{submit: submit, commit: func() error { return tx.Commit(pb.ctx) }, rollback: func() error { return tx.Rollback(pb.ctx) }}
 		})
 	})
 	t.Run("memory", func(t *testing.T) {
 		ctx := context.Background()
 		_, c := memoryClient(t, ctx)
-		_, err := c.SubmitPipelineTx(ctx, nil, flotilla.PipelineRequest{Name: "x", Steps: []task.Step{pstep("a", "work")}})
+		_, err := c.SubmitPipelineSQLiteTx(ctx, nil, flotilla.PipelineRequest{Name: "x", Steps: []task.Step{pstep("a", "work")}})
 		if !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("SubmitPipelineTx on the memory store: %v, want store.ErrInvalid", err)
+			t.Errorf("SubmitPipelineSQLiteTx on the memory store: %v, want store.ErrInvalid", err)
 		}
 	})
 }

@@ -196,16 +196,16 @@ func TestAPureClientNeverConsumesCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := b.inState(t, task.Running)
-	if _, err := c.Pause(b.ctx, tk.ID, "", "ops"); err != nil {
+	if _, err := c.Pause(b.ctx, tk.ID, flotilla.By("ops")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Resume(b.ctx, tk.ID, "", "ops"); err != nil {
+	if _, err := c.Resume(b.ctx, tk.ID, flotilla.By("ops")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Stop(b.ctx, tk.ID, "", "ops"); err != nil {
+	if _, err := c.Stop(b.ctx, tk.ID, flotilla.By("ops")); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Stop(b.ctx, running.ID, "", "ops")
+	res, err := c.Stop(b.ctx, running.ID, flotilla.By("ops"))
 	if err != nil {
 		t.Fatal(err)
 	}

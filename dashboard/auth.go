@@ -156,7 +156,7 @@ func (s *Server) notice(sess *session, format string, args ...any) {
 }
 
 // errReadOnly refuses every action of a dashboard without a token.
-var errReadOnly = errors.New("this dashboard is read-only: start it with --token-file or FLOTILLA_UI_TOKEN to allow actions")
+var errReadOnly = errors.New("this dashboard is read-only: actions need the token its operator gives it, and it was given none")
 
 // sameOrigin refuses a request that a browser says comes from another
 // origin. Browsers send Origin with every POST; its absence (a script

@@ -169,14 +169,14 @@ func (s *Server) pipelineAction(w http.ResponseWriter, r *http.Request, sess *se
 		http.Redirect(w, r, target, http.StatusSeeOther)
 		return
 	}
-	act := map[string]func(context.Context, int64, string, string) ([]flotilla.PipelineStepResult, error){
+	act := map[string]func(context.Context, int64, ...flotilla.CommandOption) ([]flotilla.PipelineStepResult, error){
 		"stop": s.client.StopPipeline, "pause": s.client.PausePipeline, "resume": s.client.ResumePipeline,
 	}[action]
 	if act == nil {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no action %q for a pipeline: use stop, pause, resume or retry", action))
 		return
 	}
-	res, err := act(ctx, id, reason, sess.Actor())
+	res, err := act(ctx, id, flotilla.Reason(reason), flotilla.By(sess.Actor()))
 	if err != nil {
 		s.fail(w, r, statusOf(err), err)
 		return

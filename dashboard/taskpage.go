@@ -94,7 +94,7 @@ func (ref taskRef) liveURL() string {
 }
 
 func (s *Server) task(ctx context.Context, ref taskRef) (taskView, error) {
-	rep, err := s.client.Get(ctx, ref.id)
+	rep, err := s.client.Report(ctx, ref.id)
 	if err != nil {
 		return taskView{}, err
 	}

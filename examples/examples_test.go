@@ -41,7 +41,8 @@ var examples = []example{
 	}},
 	{"typedhandler", []string{
 		`task 1 succeeded: thumbnail cat\.png@128w, 8192 bytes`,
-		`task 2 failed after 1 attempt\(s\) of 3: payload .* does not decode into main\.ResizeRequest: json: unknown field "height"`,
+		`handler: resizing cat\.png to 128px wide \(attempt 1 of 3\)`,
+		`task 2 failed after 1 attempt\(s\) of 3: resize task 2: the payload does not decode into main\.Resize: json: unknown field "height"`,
 	}},
 	{"outbox", outboxWant},
 	{"retries", []string{

@@ -55,7 +55,7 @@ type NotAllowedError struct {
 }
 
 func (e *NotAllowedError) Error() string {
-	const hint = "start the node with --allow-exec PATH"
+	const hint = "allow it in the node's kinds.ExecConfig.Allowed"
 	if len(e.Allowed) == 0 {
 		return fmt.Sprintf("%v: it allows no executable (%s)", ErrNotAllowed, hint)
 	}
@@ -116,6 +116,10 @@ type ExecPayload struct {
 	// Dir is the child's working directory; "" is the node's.
 	Dir string `json:"dir,omitempty"`
 }
+
+// Kind is "exec": an ExecPayload is the arguments of an exec task
+// (flotilla.SubmitArgs).
+func (ExecPayload) Kind() string { return "exec" }
 
 // ExecResult is the result of an exec task, set on t.Result whenever the
 // child ran, whether it succeeded or not; the node keeps it with the

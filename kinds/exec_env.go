@@ -25,7 +25,7 @@ type EnvNotAllowedError struct {
 }
 
 func (e *EnvNotAllowedError) Error() string {
-	const hint = "start the node with --allow-exec-env NAME"
+	const hint = "allow it in the node's kinds.ExecConfig.AllowedEnv"
 	if len(e.Allowed) == 0 {
 		return fmt.Sprintf("%v: payload env sets %q and the node allows no variable (%s)", ErrEnvNotAllowed, e.Name, hint)
 	}
@@ -48,7 +48,7 @@ type DangerousEnvError struct {
 }
 
 func (e *DangerousEnvError) Error() string {
-	return fmt.Sprintf("exec: --allow-exec-env %s is refused: %v (%s); see docs/exec.md", e.Name, ErrDangerousEnv, e.Reason)
+	return fmt.Sprintf("exec: ExecConfig.AllowedEnv names %s, which is refused: %v (%s); see docs/exec.md", e.Name, ErrDangerousEnv, e.Reason)
 }
 
 func (e *DangerousEnvError) Unwrap() error { return ErrDangerousEnv }
@@ -178,7 +178,7 @@ func checkEnvName(name string) error {
 func validateAllowedEnv(names []string) error {
 	for _, name := range names {
 		if err := checkEnvName(name); err != nil {
-			return fmt.Errorf("exec: --allow-exec-env: %w", err)
+			return fmt.Errorf("exec: ExecConfig.AllowedEnv: %w", err)
 		}
 		if reason := dangerousEnvReason(name); reason != "" {
 			return &DangerousEnvError{Name: name, Reason: reason}

@@ -120,7 +120,7 @@ func TestExecRefusesEveryEnvTrick(t *testing.T) {
 			if !strings.Contains(trick.name, refusal.Name) {
 				t.Errorf("refused %q, want one of %s", refusal.Name, trick.name)
 			}
-			for _, want := range []string{`"` + refusal.Name + `"`, "[GREETING]", "--allow-exec-env NAME"} {
+			for _, want := range []string{`"` + refusal.Name + `"`, "[GREETING]", "kinds.ExecConfig.AllowedEnv"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("err %q does not say %s", err, want)
 				}
@@ -197,7 +197,7 @@ func TestExecConfigRefusesDangerousAllowedEnv(t *testing.T) {
 			if !errors.As(err, &refusal) || !errors.Is(err, ErrDangerousEnv) {
 				t.Fatalf("Validate() = %v, want a *DangerousEnvError", err)
 			}
-			if want := "--allow-exec-env " + name + " is refused"; !strings.Contains(err.Error(), want) {
+			if want := "ExecConfig.AllowedEnv names " + name + ", which is refused"; !strings.Contains(err.Error(), want) {
 				t.Errorf("err %q does not say %q", err, want)
 			}
 		})

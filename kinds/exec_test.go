@@ -78,7 +78,7 @@ func TestExecRefusesWhenNothingIsAllowed(t *testing.T) {
 	if !errors.Is(err, ErrNotAllowed) || !errors.Is(err, task.ErrNoRetry) {
 		t.Fatalf("err = %v, want ErrNotAllowed, not worth retrying", err)
 	}
-	for _, want := range []string{"exec is not allowed on this node", "start the node with --allow-exec PATH"} {
+	for _, want := range []string{"exec is not allowed on this node", "kinds.ExecConfig.Allowed"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("err %q does not say %q", err, want)
 		}
@@ -100,7 +100,7 @@ func TestExecRefusesAnExecutableNotAllowed(t *testing.T) {
 			if !errors.As(err, &refusal) || !errors.Is(err, ErrNotAllowed) {
 				t.Fatalf("err = %v, want a *NotAllowedError", err)
 			}
-			for _, want := range []string{"exec is not allowed on this node", strconv.Quote(argv0), "[true]", "--allow-exec PATH"} {
+			for _, want := range []string{"exec is not allowed on this node", strconv.Quote(argv0), "[true]", "kinds.ExecConfig.Allowed"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("err %q does not say %q", err, want)
 				}

@@ -71,7 +71,7 @@ func validateExecUser(u *ExecUser) error {
 		return nil
 	}
 	if euid := geteuid(); euid != 0 {
-		return fmt.Errorf("exec: --exec-user %s: %w (the node runs as uid %d); run the node as root, or drop --exec-user and run the node itself as the user the children should have",
+		return fmt.Errorf("exec: ExecConfig.User %s: %w (the node runs as uid %d); run the node as root, or leave ExecConfig.User nil and run the node itself as the user the children should have",
 			u.Name, ErrExecUserNeedsRoot, euid)
 	}
 	return nil

@@ -48,7 +48,7 @@ func TestExecUserNeedsRoot(t *testing.T) {
 	if !errors.Is(err, ErrExecUserNeedsRoot) {
 		t.Fatalf("Validate() = %v, want ErrExecUserNeedsRoot", err)
 	}
-	for _, want := range []string{"--exec-user nobody", "uid 1000", "run the node as root"} {
+	for _, want := range []string{"ExecConfig.User nobody", "uid 1000", "run the node as root"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("err %q does not say %q", err, want)
 		}

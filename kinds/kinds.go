@@ -2,6 +2,13 @@
 // of the box, so that a fleet can be tried before any code is written:
 // noop, sleep and fail; and exec, which runs a child process, refused
 // unless the operator allow-lists executables (see Exec).
+//
+// A program registers them on its node, and submits their payloads as any
+// task type (each is a flotilla.Args):
+//
+//	kinds.Register(n)
+//	kinds.RegisterExec(n, kinds.ExecConfig{Allowed: []string{"/usr/local/bin/backup"}})
+//	t, err := flotilla.SubmitArgs(ctx, client, kinds.SleepPayload{Duration: "2s"})
 package kinds
 
 import (
@@ -35,6 +42,10 @@ func Noop(context.Context, *task.Task) error { return nil }
 type SleepPayload struct {
 	Duration string `json:"duration"`
 }
+
+// Kind is "sleep": a SleepPayload is the arguments of a sleep task
+// (flotilla.SubmitArgs).
+func (SleepPayload) Kind() string { return "sleep" }
 
 // SleepProgress is what a paused sleep saves: how long it has slept, so
 // that the attempt after a resume sleeps only the rest.
@@ -106,6 +117,9 @@ func sleepDuration(payload json.RawMessage) (time.Duration, error) {
 type FailPayload struct {
 	UntilAttempt int `json:"until_attempt"`
 }
+
+// Kind is "fail": a FailPayload is the arguments of a fail task.
+func (FailPayload) Kind() string { return "fail" }
 
 // Fail fails until the payload's attempt, then succeeds: for trying retries.
 func Fail(_ context.Context, t *task.Task) error {

@@ -1,4 +1,18 @@
-// Package metrics exports a node's view of the fleet to Prometheus.
+// Package metrics exports a node's view of the fleet to Prometheus: make a
+// Metrics on the node's store, give it to the node's Config (it counts what
+// the node does, and times each handler as a middleware), Watch the node,
+// and serve it on /metrics.
+//
+//	m, err := metrics.New(s, metrics.Options{})
+//	n, err := node.New(s, node.Config{
+//		AllBuckets: true, Metrics: m, Middleware: []node.Middleware{m.Middleware()},
+//	})
+//	m.Watch(n)
+//	err = m.Start(ctx) // samples the database-backed gauges
+//	defer m.Stop()
+//	http.Handle("/metrics", m)
+//
+// # How it works
 //
 // Each node counts what it does from the facts it already has: a claim
 // knows how many tasks it started and how long each waited, the completer

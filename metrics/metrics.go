@@ -71,6 +71,8 @@ type Metrics struct {
 	limitClosures   *prometheus.CounterVec
 	pruned          *prometheus.CounterVec
 	pruneErrors     prometheus.Counter
+	handlers        *prometheus.GaugeVec
+	handlerDur      *prometheus.HistogramVec
 
 	mu     sync.Mutex
 	node   *node.Node
@@ -180,7 +182,13 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		Help: "Finished tasks removed by retention, by final state."}, []string{"status"})
 	m.pruneErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "prune_errors_total",
 		Help: "Retention batches that failed (a bucket lost meanwhile is not counted)."})
+	m.handlers = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "handlers_running",
+		Help: "Handlers running now on this node, by kind (counted by Middleware)."}, []string{"kind"})
+	m.handlerDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "handler_duration_seconds",
+		Help:    "Time a handler ran, by kind and by what it returned: ok, error, paused or panic (counted by Middleware).",
+		Buckets: waits}, []string{"kind", "result"})
 	err := errors.Join(
+		reg.Register(m.handlers), reg.Register(m.handlerDur),
 		reg.Register(m.limitRunning), reg.Register(m.limitClosed), reg.Register(m.limitShare),
 		reg.Register(m.limitClosures),
 		reg.Register(m.claimBatch), reg.Register(m.claimDuration), reg.Register(m.claimErrors),

@@ -9,10 +9,13 @@ import (
 	"time"
 	"unicode"
 
+	"log/slog"
+
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/internal/zapslog"
 	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
 )
@@ -178,8 +181,17 @@ type Config struct {
 	// times are the database's.
 	Clock clock.Clock
 
-	// Logger receives every log line, with the node id added (default: none).
+	// Slog receives every log line, with the node id added: an application
+	// that logs with log/slog gives its logger here (default: none).
+	// Logger does the same for one that logs with zap, as the worker
+	// binary does; give at most one of the two.
+	Slog   *slog.Logger
 	Logger *zap.Logger
+
+	// Middleware wraps every handler the node runs, the first outermost
+	// (see Middleware): logging (LogAttempts), metrics (package metrics),
+	// traces (package otel). The node runs the whole chain inside Recover.
+	Middleware []Middleware
 
 	// Version is recorded with the node, for `worker nodes`.
 	Version string
@@ -246,7 +258,7 @@ func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
-	if c.Logger == nil {
+	if c.Logger == nil && c.Slog == nil {
 		c.Logger = zap.NewNop()
 	}
 	if c.Metrics == nil {
@@ -313,6 +325,8 @@ func (c Config) validate() error {
 			"ticks fired on time would count as missed", c.ScheduleMisfire, c.SchedulePoll)
 	case c.BackoffMax < c.BackoffBase:
 		return fmt.Errorf("node config: BackoffMax %v is below BackoffBase %v", c.BackoffMax, c.BackoffBase)
+	case c.Slog != nil && c.Logger != nil:
+		return fmt.Errorf("node config: both Slog and Logger are set; give the one your application logs with")
 	case c.AllBuckets && !c.Buckets.Empty():
 		return fmt.Errorf("node config: both AllBuckets and Buckets %q are set; give one of them", c.Buckets)
 	case !c.AllBuckets && c.Buckets.Empty():
@@ -320,6 +334,15 @@ func (c Config) validate() error {
 			"0-31,40,42-45")
 	}
 	return nil
+}
+
+// logger is the zap logger the node logs through: Logger, or one that
+// writes to Slog's handler.
+func (c Config) logger() *zap.Logger {
+	if c.Slog != nil {
+		return zapslog.New(c.Slog)
+	}
+	return c.Logger
 }
 
 // defaultNodeID is "<hostname>-<pid>-<4 random hex digits>": readable in

@@ -1,7 +1,28 @@
-// Package node is a flotilla worker: it holds the leases of the buckets it
-// declares, and only there claims, runs, rescues and fires.
+// Package node runs handlers: a program that does the work of a fleet makes
+// a Node on the fleet's store, registers a handler for each kind it runs,
+// starts it, and shuts it down when the program ends.
 //
-// What the node owns: the local deadline of each bucket lease (how long it
+//	client, err := flotilla.Connect(ctx, dsn)
+//	n, err := node.New(client.Store(), node.Config{
+//		AllBuckets: true,        // or Buckets: the ones this process serves
+//		Slog:       slog.Default(),
+//		Middleware: []node.Middleware{node.LogAttempts(slog.Default())},
+//	})
+//	err = flotilla.Handle(n, sendEmail) // a typed handler; n.Register for an untyped one
+//	err = n.Start(ctx)
+//	defer n.Shutdown(context.WithoutCancel(ctx))
+//
+// Config has a named default for every field, and New refuses what cannot
+// work, naming the field. A handler's context ends when its attempt must
+// stop, and context.Cause says why (ErrTimeout, ErrStopRequested,
+// ErrBucketLost, ErrTaskLeaseLost, ErrShuttingDown). Config.Middleware
+// wraps every handler; the node runs the chain inside Recover, so that a
+// panic fails its attempt rather than the process.
+//
+// # How it works
+//
+// A node holds the leases of the buckets it declares, and only there
+// claims, runs, rescues and fires. What the node owns: the local deadline of each bucket lease (how long it
 // may trust the database's last answer), and the handlers it runs. What the
 // database decides: who holds a bucket, under which epoch, and whether a
 // write about a running task still comes from the attempt that claimed it.

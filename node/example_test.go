@@ -141,7 +141,7 @@ func ExampleHandler() {
 		panic(err)
 	}
 	<-firstDone
-	r, err := c.Pause(ctx, t.ID, "", "example")
+	r, err := c.Pause(ctx, t.ID, flotilla.By("example"))
 	if err != nil {
 		panic(err)
 	}
@@ -156,7 +156,7 @@ func ExampleHandler() {
 	}
 	fmt.Printf("task %s, progress %s\n", paused.Status, paused.Progress)
 
-	if _, err := c.Resume(ctx, t.ID, "", "example"); err != nil {
+	if _, err := c.Resume(ctx, t.ID, flotilla.By("example")); err != nil {
 		panic(err)
 	}
 	done, err := waitStatus(ctx, s, t.ID, task.Succeeded)

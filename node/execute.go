@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap"
@@ -143,25 +142,11 @@ func (n *Node) startable(a *attempt) error {
 	return nil
 }
 
-// callHandler runs the handler; a panic is a failed attempt whose error
-// holds the panic value and the stack.
-func callHandler(a *attempt) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
+// callHandler runs the handler: the registered one wrapped in
+// Config.Middleware and in Recover (see Register), so a panic is a failed
+// attempt whose error holds the panic value and the stack.
+func callHandler(a *attempt) error {
 	return a.handler(a.ctx, a.view)
-}
-
-// panicError is a handler's panic, as the attempt's error.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("handler panicked: %v\n\n%s", e.value, e.stack)
 }
 
 // finish settles an attempt whose handler has returned: an abandoned one is

@@ -730,7 +730,7 @@ func (l *limiter) wideReasonsLocked(now time.Time, kinds []string) []store.WaitR
 	free := l.freeLocked()
 	resources := fmt.Sprintf("resources: more than node %s has free (capacity %s)", l.node, l.capacity)
 	if len(l.capacity) == 0 {
-		resources = fmt.Sprintf("resources: node %s declares no capacity (worker run --capacity)", l.node)
+		resources = fmt.Sprintf("resources: node %s declares no capacity (node.Config.Capacity)", l.node)
 	}
 	for _, kind := range kinds {
 		out = append(out, store.WaitReason{Kind: kind, AllKeys: true, ByResources: true, Free: free, Reason: resources})

@@ -58,7 +58,7 @@ func TestLimitNodeWithoutCapacitySaysSo(t *testing.T) {
 	cfg.Limits = []store.Limit{{Name: "api", Kind: "fetch", Per: store.PerKey, Concurrency: 1}}
 	n := b.startNode(t, cfg, map[string]Handler{"fetch": newLedger().handler(nil)})
 	needs := submit(t, n, SubmitRequest{Kind: "fetch", Key: "g", Resources: store.Resources{"gpu": 1}})
-	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
+	const reason = "resources: node n1 declares no capacity (node.Config.Capacity)"
 	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })
 }
 
@@ -75,7 +75,7 @@ func TestNodeWithoutLimitsSaysWhyATaskNeedingResourcesWaits(t *testing.T) {
 	n := b.startNode(t, cfg, map[string]Handler{"render": led.handler(nil)})
 	needs := submit(t, n, SubmitRequest{Kind: "render", Key: "g", Resources: store.Resources{"gpu": 1}})
 	plain := submit(t, n, SubmitRequest{Kind: "render", Key: "p"})
-	const reason = "resources: node n1 declares no capacity (worker run --capacity)"
+	const reason = "resources: node n1 declares no capacity (node.Config.Capacity)"
 	eventually(t, "the reason "+reason, func() bool { return b.get(t, needs.ID).WaitReason == reason })
 	eventually(t, "the task needing nothing to succeed", func() bool { return b.get(t, plain.ID).Status == task.Succeeded })
 	if got := b.get(t, needs.ID).Status; got != task.Queued {

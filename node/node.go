@@ -181,7 +181,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 		jitter:        defaultJitter,
 		metrics:       cfg.Metrics,
 	}
-	n.log = cfg.Logger.With(zap.String("node", n.id))
+	n.log = cfg.logger().With(zap.String("node", n.id))
 	n.limits = newLimiter(n.store, n.incarnation, n.id, n.cfg.Capacity, n.cfg.Concurrency, n.cfg.BucketLeaseTTL,
 		n.cfg.Clock.Now, n.log)
 	if lm, ok := cfg.Metrics.(LimitMetrics); ok {
@@ -226,23 +226,36 @@ func (n *Node) Held() []store.HeldBucket {
 // before Start: the kinds are part of the node's registration, and the
 // claim asks only for them. Registering an empty kind, a nil handler, a kind
 // twice, or after Start is a programming error and panics, as
-// http.ServeMux.Handle does.
+// http.ServeMux.Handle does; RegisterSafely returns the error instead.
+//
+// The node runs h wrapped in Config.Middleware, and that inside Recover.
 func (n *Node) Register(kind string, h Handler) {
+	if err := n.RegisterSafely(kind, h); err != nil {
+		panic(err.Error())
+	}
+}
+
+// RegisterSafely is Register returning an error where Register panics.
+func (n *Node) RegisterSafely(kind string, h Handler) error {
 	switch {
 	case kind == "":
-		panic("node: Register with an empty kind")
+		return errors.New("node: Register with an empty kind")
 	case h == nil:
-		panic(fmt.Sprintf("node: Register(%q) with a nil handler", kind))
+		return fmt.Errorf("node: Register(%q) with a nil handler", kind)
+	}
+	if err := store.CheckName("kind", kind, true); err != nil {
+		return fmt.Errorf("node: Register: %w", err)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.state != stateNew {
-		panic(fmt.Sprintf("node: Register(%q) after Start: kinds are fixed once the node has started", kind))
+		return fmt.Errorf("node: Register(%q) after Start: kinds are fixed once the node has started", kind)
 	}
 	if _, dup := n.handlers[kind]; dup {
-		panic(fmt.Sprintf("node: kind %q is registered twice", kind))
+		return fmt.Errorf("node: kind %q is registered twice", kind)
 	}
-	n.handlers[kind] = h
+	n.handlers[kind] = Recover(Chain(h, n.cfg.Middleware...))
+	return nil
 }
 
 // registeredKinds lists the registered kinds, sorted.

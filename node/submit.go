@@ -46,6 +46,9 @@ type SubmitRequest struct {
 	LimitKey string
 	// Resources the task needs free on a node to start (gpu=1).
 	Resources store.Resources
+	// Metadata travels with the task apart from its payload: a trace
+	// context, a request id (see store.CheckMetadata).
+	Metadata map[string]string
 }
 
 // RoutingKey is the key that picks the task's bucket: LimitKey when set,
@@ -67,6 +70,7 @@ func (r SubmitRequest) NewTask(bucket int) store.NewTask {
 		UniqueKey:   r.UniqueKey,
 		LimitKey:    r.LimitKey,
 		Resources:   r.Resources,
+		Metadata:    r.Metadata,
 	}
 }
 

@@ -1,6 +1,15 @@
 // Package schedule is the tick arithmetic of flotilla's schedules and their
 // catch-up decisions. It does no I/O.
 //
+// A program declares its periodic tasks as Definitions in the node's
+// configuration; whichever node holds a schedule's bucket fires it, once per
+// tick across the fleet:
+//
+//	n, err := node.New(s, node.Config{AllBuckets: true, Schedules: []schedule.Definition{
+//		{Name: "nightly-report", Cron: "0 3 * * *", Timezone: "Europe/Paris", Kind: Report{}.Kind()},
+//		{Name: "refresh-cache", Every: 30 * time.Second, Kind: Refresh{}.Kind()},
+//	}})
+//
 // It owns:
 //
 //   - parsing a schedule's expression in its time zone (Parse, ParseAnchored):

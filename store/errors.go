@@ -60,9 +60,10 @@ type SchemaError struct {
 func (e *SchemaError) Error() string {
 	switch {
 	case e.Database == 0:
-		return "the database has no flotilla schema: run `worker migrate`"
+		return "the database has no flotilla schema: create it with flotilla.Migrate (or Store.Migrate)"
 	case e.Database < e.Binary:
-		return fmt.Sprintf("the database schema is version %d, older than this binary's %d: run `worker migrate`",
+		return fmt.Sprintf("the database schema is version %d, older than this binary's %d: "+
+			"upgrade it with flotilla.Migrate (or Store.Migrate)",
 			e.Database, e.Binary)
 	default:
 		return fmt.Sprintf("the database schema is version %d, newer than this binary's %d: upgrade this binary",
@@ -80,7 +81,7 @@ type NodeAliveError struct {
 
 func (e *NodeAliveError) Error() string {
 	return fmt.Sprintf("node id %q is in use by a live process (incarnation %s): stop it, "+
-		"wait for its heartbeat to expire, or choose another --node-id", e.NodeID, e.Incarnation)
+		"wait for its heartbeat to expire, or give node.Config.NodeID another id", e.NodeID, e.Incarnation)
 }
 
 func (e *NodeAliveError) Is(target error) bool { return target == ErrNodeAlive }

@@ -64,17 +64,17 @@ func CheckLimit(l Limit) error {
 	case l.Per != PerKey && l.Per != PerFleet:
 		return bad("limit scope", l.Per, "is unknown", "give key or fleet")
 	case (l.Concurrency != 0) == (l.Rate != 0):
-		return bad("limit", l.Name, "needs exactly one of a concurrency and a rate", "give --concurrency N or --rate N/PERIOD")
+		return bad("limit", l.Name, "needs exactly one of a concurrency and a rate", "give a Concurrency or a Rate")
 	case l.Concurrency < 0 || l.Concurrency > MaxLimitConcurrency:
 		return bad("limit concurrency", l.Concurrency, "is out of range", fmt.Sprintf("give 1 to %d", MaxLimitConcurrency))
 	case l.Rate < 0 || l.Rate > MaxLimitRate:
 		return bad("limit rate", l.Rate, "is out of range", fmt.Sprintf("give 1 to %d starts per period", MaxLimitRate))
 	case l.Rate > 0 && l.Per != PerKey:
-		return bad("limit scope", l.Per, "cannot carry a rate", "give --per key for a rate limit")
+		return bad("limit scope", l.Per, "cannot carry a rate", "give a rate limit store.PerKey")
 	case l.Rate > 0 && (l.Period < time.Millisecond || l.Period > MaxLimitPeriod || l.Period%time.Millisecond != 0):
 		return bad("limit period", l.Period, "is out of range", "give whole milliseconds from 1ms to 24h")
 	case l.Rate == 0 && (l.Period != 0 || l.Burst != 0):
-		return bad("limit", l.Name, "has a period or burst without a rate", "give them only with --rate")
+		return bad("limit", l.Name, "has a period or burst without a rate", "give a Period and a Burst only with a Rate")
 	case l.Burst < 0 || l.Burst > MaxLimitRate:
 		return bad("limit burst", l.Burst, "is out of range", fmt.Sprintf("give 1 to %d, or 0 for 1", MaxLimitRate))
 	}

@@ -355,6 +355,9 @@ type NewTask struct {
 	LimitKey string
 	// Resources the task needs free on a node to start.
 	Resources Resources
+	// Metadata is kept with the task apart from its payload (task.Task's
+	// Metadata); see CheckMetadata for what is valid.
+	Metadata map[string]string
 
 	Schedule     string
 	ScheduledFor time.Time

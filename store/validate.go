@@ -3,7 +3,9 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +33,12 @@ const (
 	// MaxMaxAttempts bounds MaxAttempts: a task retried more often than this
 	// is a loop, not a retry policy.
 	MaxMaxAttempts = 1000
+	// MaxMetadataEntries and MaxMetadataBytes bound a task's metadata (the
+	// bytes of its keys and values together). It is read with every claim,
+	// like the payload, and holds a trace context or a request id, not
+	// data.
+	MaxMetadataEntries = 32
+	MaxMetadataBytes   = 8 << 10
 )
 
 // RunAt must fall within these years: a store's timestamps, and the
@@ -230,6 +238,9 @@ func checkNewTask(nt NewTask, numBuckets int) error {
 	if err := CheckPayload("payload", nt.Payload); err != nil {
 		return err
 	}
+	if err := CheckMetadata(nt.Metadata); err != nil {
+		return err
+	}
 	if err := CheckName("schedule", nt.Schedule, false); err != nil {
 		return err
 	}
@@ -258,6 +269,46 @@ func checkNewTask(nt NewTask, numBuckets int) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// metadataValid says what CheckMetadata accepts.
+var metadataValid = fmt.Sprintf("give at most %d entries and %d bytes in all; each key a name (%s), "+
+	"each value valid UTF-8 without a NUL", MaxMetadataEntries, MaxMetadataBytes, nameValid)
+
+// CheckMetadata refuses task metadata some store could not keep: more than
+// MaxMetadataEntries entries or MaxMetadataBytes bytes, a key CheckName
+// refuses (or an empty one), a value that is not UTF-8 or holds a NUL,
+// which PostgreSQL's jsonb refuses. Keys are checked in sorted order, so
+// that the same bad map always gets the same error.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataEntries {
+		return &InvalidError{Field: "metadata entry count", Value: len(md), Problem: "is too high", Valid: metadataValid}
+	}
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(md)) {
+		v := md[k]
+		if err := CheckName("metadata key", k, true); err != nil {
+			return err
+		}
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return &InvalidError{Field: "metadata value of " + strconv.Quote(k), Value: v,
+				Problem: "is not valid UTF-8 or holds a NUL", Valid: metadataValid}
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxMetadataBytes {
+		return &InvalidError{Field: "metadata size", Value: size, Problem: "is too large", Valid: metadataValid}
+	}
+	return nil
+}
+
+// NoEmptyMetadata is a copy of md, or nil when md has no entry: every store
+// reads back a task given empty metadata as one given none.
+func NoEmptyMetadata(md map[string]string) map[string]string {
+	if len(md) == 0 {
+		return nil
+	}
+	return maps.Clone(md)
 }
 
 // CheckScheduleInput refuses a schedule's user-given values that some store

@@ -67,6 +67,12 @@ type Task struct {
 	Resources  map[string]int64
 	WaitReason string
 
+	// Metadata travels with the task apart from its payload, for what is
+	// about the submission rather than the work: a trace context (package
+	// otel keeps the submitter's there), a request id. Nil when none was
+	// given.
+	Metadata map[string]string
+
 	CreatedAt  time.Time
 	StartedAt  time.Time // start of the latest attempt
 	FinishedAt time.Time // when it reached a terminal state

@@ -19,21 +19,21 @@ type controlAction func(c *flotilla.Client, cc *cli.Context, id int64, reason, b
 func stopCommand() *cli.Command {
 	return controlCommand("stop", "stop a task: cancelled at once if it is not running, else its node stops it",
 		true, func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) (commands.Result, error) {
-			return c.Stop(cc.Context, id, reason, by)
+			return c.Stop(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 		})
 }
 
 func pauseCommand() *cli.Command {
 	return controlCommand("pause", "pause a task: at once if it waits to run, else at its handler's next checkpoint",
 		false, func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) (commands.Result, error) {
-			return c.Pause(cc.Context, id, reason, by)
+			return c.Pause(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 		})
 }
 
 func resumeCommand() *cli.Command {
 	return controlCommand("resume", "queue a paused task again",
 		false, func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) (commands.Result, error) {
-			return c.Resume(cc.Context, id, reason, by)
+			return c.Resume(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 		})
 }
 

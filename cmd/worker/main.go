@@ -54,6 +54,7 @@ func runWithInput(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err == nil || errors.Is(err, errVersionPrinted) {
 		return exitOK
 	}
+	err = withFlagAdvice(err)
 	code := exitStatus(err)
 	if wantsJSON(args) {
 		_ = printJSON(stderr, map[string]any{"error": err.Error(), "exit": code})

@@ -97,17 +97,17 @@ func pipelineCommand() *cli.Command {
 			pipelineControlCommand("stop",
 				"stop every unfinished step: waiting ones are cancelled at once, running ones are stopped by their node",
 				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
-					return c.StopPipeline(cc.Context, id, reason, by)
+					return c.StopPipeline(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 				}),
 			pipelineControlCommand("pause",
 				"pause every unfinished step: waiting and pending ones at once, running ones at their next checkpoint",
 				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
-					return c.PausePipeline(cc.Context, id, reason, by)
+					return c.PausePipeline(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 				}),
 			pipelineControlCommand("resume",
 				"resume every paused step: queued if its dependencies have ended, else pending again",
 				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
-					return c.ResumePipeline(cc.Context, id, reason, by)
+					return c.ResumePipeline(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 				}),
 		},
 	}

@@ -251,7 +251,9 @@ func runNode(ctx context.Context, target storedsn.Target, httpAddr string, cfg n
 	var next node.Metrics
 	if m != nil {
 		next = m
+		cfg.Middleware = append(cfg.Middleware, m.Middleware())
 	}
+	cfg.Middleware = append(cfg.Middleware, adviseFlags)
 	counts := rollup.New(s, rollup.Options{Next: next, Logger: log})
 	cfg.Metrics = counts
 	n, err := node.New(s, cfg)

@@ -194,7 +194,7 @@ func getCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			r, err := client.Get(c.Context, id)
+			r, err := client.Report(c.Context, id)
 			if errors.Is(err, store.ErrNotFound) {
 				return notFound(fmt.Errorf("no task %d", id))
 			}

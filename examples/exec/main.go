@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -62,12 +61,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	done, err := tempfleet.Wait(ctx, fleet.Client, allowed.ID, task.Succeeded)
+	done, err := fleet.Client.Wait(ctx, allowed.ID)
 	if err != nil {
 		return err
 	}
-	var res kinds.ExecResult
-	if err := json.Unmarshal(done.Result, &res); err != nil {
+	res, err := flotilla.ResultOf[kinds.ExecResult](done)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("task %d (/bin/echo) %s: exit code %d, stdout %q\n", done.ID, done.Status, res.ExitCode, res.Stdout)
@@ -84,10 +83,8 @@ func run(ctx context.Context) error {
 	return n.Shutdown(ctx)
 }
 
+// submit submits an exec task: kinds.ExecPayload is the stock kind's
+// arguments, a flotilla.Args like any task type of the application's.
 func submit(ctx context.Context, c *flotilla.Client, argv ...string) (*task.Task, error) {
-	payload, err := json.Marshal(kinds.ExecPayload{Argv: argv})
-	if err != nil {
-		return nil, err
-	}
-	return c.Submit(ctx, flotilla.TaskRequest{Kind: "exec", Key: argv[0], Payload: payload})
+	return flotilla.SubmitArgs(ctx, c, kinds.ExecPayload{Argv: argv}, flotilla.WithKey(argv[0]))
 }

@@ -36,6 +36,13 @@ import (
 
 const leaseTTL = 3 * time.Second
 
+// Invoice is the payload of an invoice task.
+type Invoice struct {
+	Customer string `json:"customer"`
+}
+
+func (Invoice) Kind() string { return "invoice" }
+
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -76,16 +83,20 @@ func run(ctx context.Context) error {
 			return err
 		}
 		id := spec.id
-		n.Register("invoice", func(ctx context.Context, t *task.Task) error {
+		err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Invoice]) (struct{}, error) {
+			epoch := job.Task().Epoch // the bucket's epoch this attempt runs under
 			if id == "node-a" {
-				fmt.Printf("%s: running task %d (attempt %d, epoch %d), then hanging\n", id, t.ID, t.Attempt, t.Epoch)
-				startedOnA <- t.ID
+				fmt.Printf("%s: running task %d (attempt %d, epoch %d), then hanging\n", id, job.ID, job.Attempt, epoch)
+				startedOnA <- job.ID
 				<-hang
-				return nil
+				return struct{}{}, nil
 			}
-			fmt.Printf("%s: running task %d (attempt %d, epoch %d) to the end\n", id, t.ID, t.Attempt, t.Epoch)
-			return nil
+			fmt.Printf("%s: running task %d (attempt %d, epoch %d) to the end\n", id, job.ID, job.Attempt, epoch)
+			return struct{}{}, nil
 		})
+		if err != nil {
+			return err
+		}
 		// Started one after the other, so that node-a holds 0-5 before
 		// node-b, which also declares them, joins.
 		if err := n.Start(ctx); err != nil {
@@ -104,7 +115,7 @@ func run(ctx context.Context) error {
 			key = k
 		}
 	}
-	t, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "invoice", Key: key})
+	t, err := flotilla.SubmitArgs(ctx, fleet.Client, Invoice{Customer: key}, flotilla.WithKey(key))
 	if err != nil {
 		return err
 	}
@@ -132,7 +143,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("task %d %s on %s at attempt %d\n", done.ID, done.Status, done.Node, done.Attempt)
-	r, err := fleet.Client.Get(ctx, t.ID)
+	r, err := fleet.Client.Report(ctx, t.ID)
 	if err != nil {
 		return err
 	}

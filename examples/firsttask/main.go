@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -17,8 +16,19 @@ import (
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/examples/internal/tempfleet"
 	"github.com/flotilla-dev/flotilla/node"
-	"github.com/flotilla-dev/flotilla/task"
 )
+
+// Greet is a task's payload: a Go type whose Kind names its handler.
+type Greet struct {
+	Name string `json:"name"`
+}
+
+func (Greet) Kind() string { return "greet" }
+
+// Greeting is what a greet task returns, stored as its result.
+type Greeting struct {
+	Greeted string `json:"greeted"`
+}
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -41,15 +51,13 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.Register("greet", func(ctx context.Context, t *task.Task) error {
-		var name string
-		if err := json.Unmarshal(t.Payload, &name); err != nil {
-			return task.NoRetry(fmt.Errorf("payload %s is not a JSON string: %w", t.Payload, err))
-		}
-		fmt.Printf("handler: hello, %s (task %d, attempt %d)\n", name, t.ID, t.Attempt)
-		t.Result = json.RawMessage(fmt.Sprintf(`{"greeted":%q}`, name))
-		return nil
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Greet]) (Greeting, error) {
+		fmt.Printf("handler: hello, %s (task %d, attempt %d)\n", job.Args.Name, job.ID, job.Attempt)
+		return Greeting{Greeted: job.Args.Name}, nil
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -57,23 +65,25 @@ func run(ctx context.Context) error {
 	fmt.Printf("node %s started, holding %d buckets\n", n.ID(), len(n.Held()))
 
 	// The client routes the task by its key to the key's bucket.
-	t, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{
-		Kind: "greet", Key: "user-42", Payload: json.RawMessage(`"Ada"`),
-	})
+	t, err := flotilla.SubmitArgs(ctx, fleet.Client, Greet{Name: "Ada"}, flotilla.WithKey("user-42"))
 	if err != nil {
 		return err
 	}
 	fmt.Printf("submitted task %d (kind %s, key %s, bucket %d): %s\n", t.ID, t.Kind, t.Key, t.Bucket, t.Status)
 
-	done, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Succeeded)
+	done, err := fleet.Client.Wait(ctx, t.ID)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("task %d %s with result %s\n", done.ID, done.Status, done.Result)
+	greeting, err := flotilla.ResultOf[Greeting](done)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("task %d %s with result %s: greeted %s\n", done.ID, done.Status, done.Result, greeting.Greeted)
 
 	// The audit trail: one event per transition, written in the same
 	// transaction as the transition itself.
-	report, err := fleet.Client.Get(ctx, t.ID)
+	report, err := fleet.Client.Report(ctx, t.ID)
 	if err != nil {
 		return err
 	}

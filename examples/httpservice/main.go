@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +41,14 @@ import (
 // shutdownTimeout bounds the graceful shutdown: the HTTP server's drain and
 // the node's, together.
 const shutdownTimeout = 10 * time.Second
+
+// WelcomeEmail is the payload of the task the service submits for a
+// sign-up.
+type WelcomeEmail struct {
+	To string `json:"to"`
+}
+
+func (WelcomeEmail) Kind() string { return "welcome-email" }
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -64,17 +73,25 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The service logs with log/slog; the node logs there too, and the
+	// middleware measures every handler and logs its failures.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	n, err := node.New(fleet.Store, node.Config{
 		NodeID: "web-1", AllBuckets: true, Metrics: m, ShutdownTimeout: shutdownTimeout / 2,
+		Slog:       logger,
+		Middleware: []node.Middleware{m.Middleware(), node.LogAttempts(logger)},
 	})
 	if err != nil {
 		return err
 	}
 	m.Watch(n)
-	n.Register("welcome-email", func(ctx context.Context, t *task.Task) error {
-		fmt.Printf("handler: sending the welcome email of task %d to %s\n", t.ID, t.Key)
-		return nil
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[WelcomeEmail]) (struct{}, error) {
+		fmt.Printf("handler: sending the welcome email of task %d to %s\n", job.ID, job.Args.To)
+		return struct{}{}, nil
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -141,7 +158,7 @@ func submitHandler(c *flotilla.Client) http.HandlerFunc {
 			http.Error(w, `want a JSON body like {"email":"ada@example.com"}`, http.StatusBadRequest)
 			return
 		}
-		t, err := c.Submit(r.Context(), flotilla.TaskRequest{Kind: "welcome-email", Key: req.Email})
+		t, err := flotilla.SubmitArgs(r.Context(), c, WelcomeEmail{To: req.Email}, flotilla.WithKey(req.Email))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
@@ -160,13 +177,13 @@ func getHandler(c *flotilla.Client) http.HandlerFunc {
 			http.Error(w, fmt.Sprintf("task id %q is not a number", r.PathValue("id")), http.StatusBadRequest)
 			return
 		}
-		rep, err := c.Get(r.Context(), id)
+		t, err := c.Get(r.Context(), id)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": rep.Task.ID, "status": rep.Task.Status})
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": t.ID, "status": t.Status})
 	}
 }
 

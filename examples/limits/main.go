@@ -27,6 +27,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -103,6 +104,32 @@ func main() {
 	}
 }
 
+// The kinds of task, each a payload type (none needs a field here).
+type (
+	Export struct{}
+	Email  struct{}
+	Render struct{}
+	Train  struct{}
+)
+
+func (Export) Kind() string { return "export" }
+func (Email) Kind() string  { return "email" }
+func (Render) Kind() string { return "render" }
+func (Train) Kind() string  { return "train" }
+
+// batch collects requests for one SubmitMany, and the first error met
+// building one.
+type batch struct {
+	reqs []flotilla.TaskRequest
+	err  error
+}
+
+func add[T flotilla.Args](b *batch, args T, opts ...flotilla.SubmitOption) {
+	r, err := flotilla.NewRequest(args, opts...)
+	b.reqs = append(b.reqs, r)
+	b.err = errors.Join(b.err, err)
+}
+
 func run(ctx context.Context) error {
 	fleet, err := tempfleet.Open(ctx)
 	if err != nil {
@@ -134,8 +161,8 @@ func run(ctx context.Context) error {
 	// free keeps its place: those behind it wait rather than take, one at
 	// a time, what it waits for.)
 	bigKey := keysIn(policy, specs[0].buckets, "big-model", 1)[0]
-	big, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "train", Key: bigKey,
-		Resources: store.Resources{"gpu": 2}}, flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
+	big, err := flotilla.SubmitArgs(ctx, fleet.Client, Train{}, flotilla.WithKey(bigKey),
+		flotilla.WithResources(store.Resources{"gpu": 2}), flotilla.AllowUnowned(), flotilla.AllowUnknownKind())
 	if err != nil {
 		return err
 	}
@@ -158,30 +185,36 @@ func run(ctx context.Context) error {
 			return err
 		}
 		id := spec.id
-		n.Register("export", func(ctx context.Context, t *task.Task) error {
-			now := g.enter(t.LimitKey)
-			defer g.leave(t.LimitKey)
-			fmt.Printf("export %s for %s started (%d running for %s)\n", t.Key, t.LimitKey, now, t.LimitKey)
-			return busy(ctx, 200*time.Millisecond)
-		})
-		n.Register("email", func(ctx context.Context, t *task.Task) error {
-			mu.Lock()
-			defer mu.Unlock()
-			starts = append(starts, time.Now())
-			return nil
-		})
-		n.Register("render", func(ctx context.Context, t *task.Task) error {
-			now := g.enter("render")
-			defer g.leave("render")
-			fmt.Printf("render %s started on %s (%d running in the fleet)\n", t.Key, id, now)
-			return busy(ctx, 150*time.Millisecond)
-		})
-		n.Register("train", func(ctx context.Context, t *task.Task) error {
-			now := g.enter("gpu-" + id)
-			defer g.leave("gpu-" + id)
-			fmt.Printf("train %s started on %s (%d running there)\n", t.Key, id, now)
-			return busy(ctx, 100*time.Millisecond)
-		})
+		err = errors.Join(
+			flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Export]) (struct{}, error) {
+				customer := job.Task().LimitKey
+				now := g.enter(customer)
+				defer g.leave(customer)
+				fmt.Printf("export %s for %s started (%d running for %s)\n", job.Key, customer, now, customer)
+				return struct{}{}, busy(ctx, 200*time.Millisecond)
+			}),
+			flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Email]) (struct{}, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				starts = append(starts, time.Now())
+				return struct{}{}, nil
+			}),
+			flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Render]) (struct{}, error) {
+				now := g.enter("render")
+				defer g.leave("render")
+				fmt.Printf("render %s started on %s (%d running in the fleet)\n", job.Key, id, now)
+				return struct{}{}, busy(ctx, 150*time.Millisecond)
+			}),
+			flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Train]) (struct{}, error) {
+				now := g.enter("gpu-" + id)
+				defer g.leave("gpu-" + id)
+				fmt.Printf("train %s started on %s (%d running there)\n", job.Key, id, now)
+				return struct{}{}, busy(ctx, 100*time.Millisecond)
+			}),
+		)
+		if err != nil {
+			return err
+		}
 		if err := n.Start(ctx); err != nil {
 			return err
 		}
@@ -193,24 +226,27 @@ func run(ctx context.Context) error {
 		fmt.Printf("%s holds buckets %s, %s\n", id, spec.buckets, capacity)
 	}
 
-	var reqs []flotilla.TaskRequest
+	var b batch
 	for i := 1; i <= exports; i++ {
-		reqs = append(reqs, flotilla.TaskRequest{Kind: "export", Key: fmt.Sprintf("export-%d", i), LimitKey: "customer-a"})
+		add(&b, Export{}, flotilla.WithKey(fmt.Sprintf("export-%d", i)), flotilla.WithLimitKey("customer-a"))
 	}
 	for i := 1; i <= emails; i++ {
-		reqs = append(reqs, flotilla.TaskRequest{Kind: "email", Key: fmt.Sprintf("email-%d", i), LimitKey: "customer-b"})
+		add(&b, Email{}, flotilla.WithKey(fmt.Sprintf("email-%d", i)), flotilla.WithLimitKey("customer-b"))
 	}
 	// Renders in both nodes' buckets, so that both want the fleet's slots.
 	for _, spec := range specs {
 		for _, key := range keysIn(policy, spec.buckets, "scene", rendersPerNode) {
-			reqs = append(reqs, flotilla.TaskRequest{Kind: "render", Key: key})
+			add(&b, Render{}, flotilla.WithKey(key))
 		}
 	}
 	// Train tasks in node-1's buckets: node-1 has the gpu.
 	for _, key := range keysIn(policy, specs[0].buckets, "model", trains) {
-		reqs = append(reqs, flotilla.TaskRequest{Kind: "train", Key: key, Resources: store.Resources{"gpu": 1}})
+		add(&b, Train{}, flotilla.WithKey(key), flotilla.WithResources(store.Resources{"gpu": 1}))
 	}
-	submitted, err := fleet.Client.SubmitMany(ctx, reqs)
+	if b.err != nil {
+		return b.err
+	}
+	submitted, err := fleet.Client.SubmitMany(ctx, b.reqs)
 	if err != nil {
 		return err
 	}
@@ -266,7 +302,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("task %d (train, needs gpu=2) is still %s: %s\n", big.ID, waiting.Status, waiting.WaitReason)
-	res, err := fleet.Client.Stop(ctx, big.ID, "no node has 2 gpus", "example")
+	res, err := fleet.Client.Stop(ctx, big.ID, flotilla.Reason("no node has 2 gpus"), flotilla.By("example"))
 	if err != nil {
 		return err
 	}

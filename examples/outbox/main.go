@@ -1,5 +1,6 @@
 // Outbox submits tasks inside the application's own database transaction
-// (Client.SubmitTx), as an outbox: the order row and the task that ships it
+// (flotilla.SubmitArgsTx on PostgreSQL, SubmitArgsSQLiteTx on SQLite), as an
+// outbox: the order row and the task that ships it
 // are written together, so there is never an order without its task, nor
 // a task for an order that was rolled back. Nodes hear of the task only if
 // the transaction commits.
@@ -15,7 +16,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -31,6 +31,14 @@ import (
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
+
+// Ship is the payload of the task that ships an order.
+type Ship struct {
+	Order int64  `json:"order"`
+	Item  string `json:"item"`
+}
+
+func (Ship) Kind() string { return "ship" }
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -66,10 +74,13 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.Register("ship", func(ctx context.Context, t *task.Task) error {
-		fmt.Printf("ship: shipping %s (task %d)\n", t.Payload, t.ID)
-		return nil
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Ship]) (struct{}, error) {
+		fmt.Printf("ship: shipping order %d, %s (task %d)\n", job.Args.Order, job.Args.Item, job.ID)
+		return struct{}{}, nil
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -97,7 +108,7 @@ func run(ctx context.Context) error {
 	if err := report(ctx, c, db, committed); err != nil {
 		return err
 	}
-	done, err := tempfleet.Wait(ctx, c, t.ID, task.Succeeded)
+	done, err := c.Wait(ctx, t.ID)
 	if err != nil {
 		return err
 	}
@@ -174,14 +185,14 @@ func (o *pgOrders) place(ctx context.Context, c *flotilla.Client, item string, c
 	if err := tx.QueryRow(ctx, `INSERT INTO example_orders (item) VALUES ($1) RETURNING id`, item).Scan(&id); err != nil {
 		return nil, err
 	}
-	ts, err := c.SubmitTx(ctx, tx, shipRequest(id, item))
+	t, err := flotilla.SubmitArgsTx(ctx, c, tx, Ship{Order: id, Item: item}, flotilla.WithKey(item))
 	if err != nil {
 		return nil, err
 	}
 	if commit {
-		return ts[0], tx.Commit(ctx)
+		return t, tx.Commit(ctx)
 	}
-	return ts[0], tx.Rollback(ctx)
+	return t, tx.Rollback(ctx)
 }
 
 func (o *pgOrders) count(ctx context.Context, item string) (int, error) {
@@ -204,14 +215,14 @@ func (o *sqliteOrders) place(ctx context.Context, c *flotilla.Client, item strin
 	if err := tx.QueryRowContext(ctx, `INSERT INTO example_orders (item) VALUES (?) RETURNING id`, item).Scan(&id); err != nil {
 		return nil, err
 	}
-	ts, err := c.SubmitTx(ctx, tx, shipRequest(id, item))
+	t, err := flotilla.SubmitArgsSQLiteTx(ctx, c, tx, Ship{Order: id, Item: item}, flotilla.WithKey(item))
 	if err != nil {
 		return nil, err
 	}
 	if commit {
-		return ts[0], tx.Commit()
+		return t, tx.Commit()
 	}
-	return ts[0], tx.Rollback()
+	return t, tx.Rollback()
 }
 
 func (o *sqliteOrders) count(ctx context.Context, item string) (int, error) {
@@ -221,8 +232,3 @@ func (o *sqliteOrders) count(ctx context.Context, item string) (int, error) {
 }
 
 func (o *sqliteOrders) close() { _ = o.db.Close() }
-
-func shipRequest(order int64, item string) flotilla.TaskRequest {
-	payload, _ := json.Marshal(map[string]any{"order": order, "item": item})
-	return flotilla.TaskRequest{Kind: "ship", Key: item, Payload: payload}
-}

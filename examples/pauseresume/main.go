@@ -1,10 +1,10 @@
 // Pauseresume pauses a running task at its handler's checkpoint, resumes
 // it from the progress it saved, and stops another one.
 //
-// A pause is cooperative: the handler calls t.Checkpoint between steps, and
-// when a pause was requested it saves its progress (t.SaveProgress) and
-// returns task.ErrPaused. The next attempt, after a resume, reads that
-// progress from t.Progress. A stop is not: it cancels the handler's context
+// A pause is cooperative: the handler calls job.Checkpoint between steps,
+// and when a pause was requested it saves its progress (job.SaveProgress)
+// and returns task.ErrPaused. The next attempt, after a resume, reads that
+// progress with job.Progress. A stop is not: it cancels the handler's context
 // with the cause node.ErrStopRequested.
 //
 // It needs nothing installed: the fleet is an SQLite file in a temporary
@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +28,18 @@ import (
 
 // steps is how many steps a copy task has.
 const steps = 10
+
+// Copy is the payload of a copy task: the backup it copies.
+type Copy struct {
+	Backup string `json:"backup"`
+}
+
+func (Copy) Kind() string { return "copy" }
+
+// Copied is what a copy task returns.
+type Copied struct {
+	Copied int `json:"copied"`
+}
 
 // progress is what a copy task saves between attempts.
 type progress struct {
@@ -50,50 +61,49 @@ func newHold(after int) *hold {
 }
 
 // copyFiles copies steps files, one every 100ms, checkpointing before each.
-// holds says where the tasks of some keys wait for main.
-func copyFiles(holds map[string]*hold) node.Handler {
-	return func(ctx context.Context, t *task.Task) error {
+// holds says where the tasks of some backups wait for main.
+func copyFiles(holds map[string]*hold) func(context.Context, *flotilla.Job[Copy]) (Copied, error) {
+	return func(ctx context.Context, job *flotilla.Job[Copy]) (Copied, error) {
 		var p progress
-		if len(t.Progress) > 0 {
-			if err := json.Unmarshal(t.Progress, &p); err != nil {
-				return task.NoRetry(fmt.Errorf("saved progress %s: %w", t.Progress, err))
-			}
-			fmt.Printf("copy: attempt %d resumes after file %d\n", t.Attempt, p.Done)
+		resumed, err := job.Progress(&p)
+		if err != nil {
+			return Copied{}, task.NoRetry(err)
+		}
+		if resumed {
+			fmt.Printf("copy: attempt %d resumes after file %d\n", job.Attempt, p.Done)
 		}
 		for p.Done < steps {
-			if h := holds[t.Key]; h != nil && t.Attempt == 1 && p.Done == h.After {
+			if h := holds[job.Args.Backup]; h != nil && job.Attempt == 1 && p.Done == h.After {
 				close(h.reached)
-				if err := wait(ctx, t, p, h.release); err != nil {
-					return err
+				if err := wait(ctx, job.ID, p, h.release); err != nil {
+					return Copied{}, err
 				}
 			}
-			if err := t.Checkpoint(ctx); errors.Is(err, task.ErrPaused) {
-				saved, _ := json.Marshal(p)
-				if err := t.SaveProgress(ctx, saved); err != nil {
-					return err
+			if err := job.Checkpoint(ctx); errors.Is(err, task.ErrPaused) {
+				if err := job.SaveProgress(ctx, p); err != nil {
+					return Copied{}, err
 				}
-				fmt.Printf("copy: pause requested; saved progress %s\n", saved)
-				return task.ErrPaused
+				fmt.Printf("copy: pause requested; saved progress {\"done\":%d}\n", p.Done)
+				return Copied{}, task.ErrPaused
 			}
-			if err := wait(ctx, t, p, time.After(100*time.Millisecond)); err != nil { // the copy itself
-				return err
+			if err := wait(ctx, job.ID, p, time.After(100*time.Millisecond)); err != nil { // the copy itself
+				return Copied{}, err
 			}
 			p.Done++
 		}
-		t.Result = json.RawMessage(fmt.Sprintf(`{"copied":%d}`, p.Done))
-		return nil
+		return Copied{Copied: p.Done}, nil
 	}
 }
 
 // wait waits for done, or for the attempt's context to end: a stop.
-func wait[T any](ctx context.Context, t *task.Task, p progress, done <-chan T) error {
+func wait[T any](ctx context.Context, id int64, p progress, done <-chan T) error {
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
 		cause := context.Cause(ctx)
 		fmt.Printf("copy: task %d cancelled after file %d: stop requested=%t\n",
-			t.ID, p.Done, errors.Is(cause, node.ErrStopRequested))
+			id, p.Done, errors.Is(cause, node.ErrStopRequested))
 		return cause
 	}
 }
@@ -121,21 +131,23 @@ func run(ctx context.Context) error {
 		return err
 	}
 	holds := map[string]*hold{"backup-1": newHold(3), "backup-2": newHold(2)}
-	n.Register("copy", copyFiles(holds))
+	if err := flotilla.Handle(n, copyFiles(holds)); err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
 	// Pause, then resume.
-	t, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "copy", Key: "backup-1"})
+	t, err := flotilla.SubmitArgs(ctx, fleet.Client, Copy{Backup: "backup-1"}, flotilla.WithKey("backup-1"))
 	if err != nil {
 		return err
 	}
 	if err := reach(ctx, holds["backup-1"]); err != nil {
 		return err
 	}
-	r, err := fleet.Client.Pause(ctx, t.ID, "maintenance window", "example")
+	r, err := fleet.Client.Pause(ctx, t.ID, flotilla.Reason("maintenance window"), flotilla.By("example"))
 	if err != nil {
 		return err
 	}
@@ -150,7 +162,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("task %d %s with progress %s\n", paused.ID, paused.Status, paused.Progress)
-	if _, err := fleet.Client.Resume(ctx, t.ID, "window over", "example"); err != nil {
+	if _, err := fleet.Client.Resume(ctx, t.ID, flotilla.Reason("window over"), flotilla.By("example")); err != nil {
 		return err
 	}
 	done, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Succeeded)
@@ -160,14 +172,14 @@ func run(ctx context.Context) error {
 	fmt.Printf("task %d %s at attempt %d with result %s\n", done.ID, done.Status, done.Attempt, done.Result)
 
 	// Stop.
-	t, err = fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "copy", Key: "backup-2"})
+	t, err = flotilla.SubmitArgs(ctx, fleet.Client, Copy{Backup: "backup-2"}, flotilla.WithKey("backup-2"))
 	if err != nil {
 		return err
 	}
 	if err := reach(ctx, holds["backup-2"]); err != nil {
 		return err
 	}
-	if _, err := fleet.Client.Stop(ctx, t.ID, "no longer needed", "example"); err != nil {
+	if _, err := fleet.Client.Stop(ctx, t.ID, flotilla.Reason("no longer needed"), flotilla.By("example")); err != nil {
 		return err
 	}
 	stopped, err := tempfleet.Wait(ctx, fleet.Client, t.ID, task.Stopped)

@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -31,10 +30,72 @@ import (
 
 const document = "the quick brown fox jumps over the lazy dog and then the dog sleeps in the sun all afternoon"
 
-// part is the payload of a count step: which third of the document to count.
-type part struct {
+// Fetch is the payload of the step that fetches the document.
+type Fetch struct{}
+
+func (Fetch) Kind() string { return "fetch" }
+
+// Doc is what Fetch returns.
+type Doc struct {
+	Text string `json:"text"`
+}
+
+// Count is the payload of a count step: which third of the document to count.
+type Count struct {
 	Index int `json:"index"`
 	Of    int `json:"of"`
+}
+
+func (Count) Kind() string { return "count" }
+
+// Words is what a count step, and the sum, return.
+type Words struct {
+	Words int `json:"words"`
+}
+
+// Sum is the payload of the step that adds the counts up.
+type Sum struct{}
+
+func (Sum) Kind() string { return "sum" }
+
+func fetch(ctx context.Context, job *flotilla.Job[Fetch]) (Doc, error) {
+	fmt.Printf("step %s: fetched %d words\n", job.Task().Step, len(strings.Fields(document)))
+	return Doc{Text: document}, nil
+}
+
+func count(ctx context.Context, job *flotilla.Job[Count]) (Words, error) {
+	var doc Doc
+	if err := job.DependencyResult(ctx, "fetch", &doc); err != nil {
+		return Words{}, err
+	}
+	words := strings.Fields(doc.Text)
+	size := (len(words) + job.Args.Of - 1) / job.Args.Of
+	lo, hi := min(job.Args.Index*size, len(words)), min((job.Args.Index+1)*size, len(words))
+	fmt.Printf("step %s: counted %d words\n", job.Task().Step, hi-lo)
+	return Words{Words: hi - lo}, nil
+}
+
+// sum reads the results of all its dependencies: a fan-in.
+func sum(ctx context.Context, job *flotilla.Job[Sum]) (Words, error) {
+	deps, err := job.DependencyResults(ctx)
+	if err != nil {
+		return Words{}, err
+	}
+	names := make([]string, 0, len(deps))
+	for name := range deps {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	total := 0
+	for _, name := range names {
+		var c Words
+		if err := job.DependencyResult(ctx, name, &c); err != nil {
+			return Words{}, task.NoRetry(err)
+		}
+		total += c.Words
+	}
+	fmt.Printf("step %s: read the results of %s: %d words in all\n", job.Task().Step, strings.Join(names, ", "), total)
+	return Words{Words: total}, nil
 }
 
 func main() {
@@ -57,78 +118,37 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.Register("fetch", func(ctx context.Context, t *task.Task) error {
-		out, err := json.Marshal(map[string]string{"text": document})
+	for _, err := range []error{flotilla.Handle(n, fetch), flotilla.Handle(n, count), flotilla.Handle(n, sum)} {
 		if err != nil {
 			return err
 		}
-		t.Result = out
-		fmt.Printf("step %s: fetched %d words\n", t.Step, len(strings.Fields(document)))
-		return nil
-	})
-	n.Register("count", func(ctx context.Context, t *task.Task) error {
-		var p part
-		if err := json.Unmarshal(t.Payload, &p); err != nil {
-			return task.NoRetry(err)
-		}
-		deps, err := t.DependencyResults(ctx)
-		if err != nil {
-			return err
-		}
-		var doc struct{ Text string }
-		if err := json.Unmarshal(deps["fetch"], &doc); err != nil {
-			return task.NoRetry(fmt.Errorf("result of fetch %s: %w", deps["fetch"], err))
-		}
-		words := strings.Fields(doc.Text)
-		size := (len(words) + p.Of - 1) / p.Of
-		lo, hi := min(p.Index*size, len(words)), min((p.Index+1)*size, len(words))
-		t.Result = json.RawMessage(fmt.Sprintf(`{"words":%d}`, hi-lo))
-		fmt.Printf("step %s: counted %d words\n", t.Step, hi-lo)
-		return nil
-	})
-	n.Register("sum", func(ctx context.Context, t *task.Task) error {
-		deps, err := t.DependencyResults(ctx)
-		if err != nil {
-			return err
-		}
-		names := make([]string, 0, len(deps))
-		for name := range deps {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		total := 0
-		for _, name := range names {
-			var c struct{ Words int }
-			if err := json.Unmarshal(deps[name], &c); err != nil {
-				return task.NoRetry(fmt.Errorf("result of %s %s: %w", name, deps[name], err))
-			}
-			total += c.Words
-		}
-		t.Result = json.RawMessage(fmt.Sprintf(`{"words":%d}`, total))
-		fmt.Printf("step %s: read the results of %s: %d words in all\n", t.Step, strings.Join(names, ", "), total)
-		return nil
-	})
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
 	const parts = 3
-	steps := []task.Step{{Name: "fetch", Kind: "fetch"}}
-	var fanIn []task.Dependency
+	first, err := flotilla.NewStep("fetch", Fetch{})
+	if err != nil {
+		return err
+	}
+	steps := []task.Step{first}
+	var fanIn []string
 	for i := range parts {
 		name := fmt.Sprintf("count-%d", i+1)
-		payload, err := json.Marshal(part{Index: i, Of: parts})
+		st, err := flotilla.NewStep(name, Count{Index: i, Of: parts}, "fetch")
 		if err != nil {
 			return err
 		}
-		steps = append(steps, task.Step{
-			Name: name, Kind: "count", Payload: payload,
-			DependsOn: []task.Dependency{{Step: "fetch"}},
-		})
-		fanIn = append(fanIn, task.Dependency{Step: name})
+		steps = append(steps, st)
+		fanIn = append(fanIn, name)
 	}
-	steps = append(steps, task.Step{Name: "sum", Kind: "sum", DependsOn: fanIn})
+	last, err := flotilla.NewStep("sum", Sum{}, fanIn...)
+	if err != nil {
+		return err
+	}
+	steps = append(steps, last)
 
 	p, err := fleet.Client.SubmitPipeline(ctx, flotilla.PipelineRequest{Name: "word-count", Key: "doc-1", Steps: steps})
 	if err != nil {

@@ -26,6 +26,20 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
+// Flaky is a report whose upstream fails its first two attempts.
+type Flaky struct {
+	Report string `json:"report"`
+}
+
+func (Flaky) Kind() string { return "flaky" }
+
+// Slow is a report that takes longer than its timeout.
+type Slow struct {
+	Report string `json:"report"`
+}
+
+func (Slow) Kind() string { return "slow" }
+
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -53,27 +67,34 @@ func run(ctx context.Context) error {
 		return err
 	}
 	// flaky fails its first two attempts, then succeeds.
-	n.Register("flaky", func(ctx context.Context, t *task.Task) error {
-		if t.Attempt <= 2 {
-			fmt.Printf("flaky: attempt %d fails\n", t.Attempt)
-			return fmt.Errorf("upstream unavailable (attempt %d)", t.Attempt)
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Flaky]) (struct{}, error) {
+		if job.Attempt <= 2 {
+			fmt.Printf("flaky: attempt %d fails\n", job.Attempt)
+			return struct{}{}, fmt.Errorf("upstream unavailable (attempt %d)", job.Attempt)
 		}
-		fmt.Printf("flaky: attempt %d succeeds\n", t.Attempt)
-		return nil
+		fmt.Printf("flaky: attempt %d succeeds\n", job.Attempt)
+		return struct{}{}, nil
 	})
+	if err != nil {
+		return err
+	}
 	// slow takes longer than its timeout; it returns when its context ends.
-	n.Register("slow", func(ctx context.Context, t *task.Task) error {
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Slow]) (struct{}, error) {
 		<-ctx.Done()
 		cause := context.Cause(ctx)
-		fmt.Printf("slow: attempt %d cancelled: timeout=%t\n", t.Attempt, errors.Is(cause, node.ErrTimeout))
-		return cause
+		fmt.Printf("slow: attempt %d cancelled: timeout=%t\n", job.Attempt, errors.Is(cause, node.ErrTimeout))
+		return struct{}{}, cause
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
-	flaky, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "flaky", Key: "report-1", MaxAttempts: 5})
+	flaky, err := flotilla.SubmitArgs(ctx, fleet.Client, Flaky{Report: "report-1"}, flotilla.WithKey("report-1"),
+		flotilla.WithMaxAttempts(5))
 	if err != nil {
 		return err
 	}
@@ -86,9 +107,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	slow, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{
-		Kind: "slow", Key: "report-2", MaxAttempts: 2, Timeout: 300 * time.Millisecond,
-	})
+	slow, err := flotilla.SubmitArgs(ctx, fleet.Client, Slow{Report: "report-2"}, flotilla.WithKey("report-2"),
+		flotilla.WithMaxAttempts(2), flotilla.WithTimeout(300*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -104,7 +124,7 @@ func run(ctx context.Context) error {
 }
 
 func printTrail(ctx context.Context, c *flotilla.Client, id int64) error {
-	r, err := c.Get(ctx, id)
+	r, err := c.Report(ctx, id)
 	if err != nil {
 		return err
 	}

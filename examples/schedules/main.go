@@ -19,6 +19,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/examples/internal/tempfleet"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/schedule"
@@ -34,6 +35,11 @@ func main() {
 	}
 }
 
+// Refresh is the payload of the task each tick fires (none here).
+type Refresh struct{}
+
+func (Refresh) Kind() string { return "refresh" }
+
 func run(ctx context.Context) error {
 	fleet, err := tempfleet.Open(ctx)
 	if err != nil {
@@ -47,17 +53,20 @@ func run(ctx context.Context) error {
 		Schedules: []schedule.Definition{{
 			Name: "refresh-cache",
 			Cron: "@every 1s",
-			Kind: "refresh",
+			Kind: Refresh{}.Kind(),
 		}},
 	})
 	if err != nil {
 		return err
 	}
 	fired := make(chan *task.Task, 10)
-	n.Register("refresh", func(ctx context.Context, t *task.Task) error {
-		fired <- t
-		return nil
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Refresh]) (struct{}, error) {
+		fired <- job.Task() // its schedule and the tick it was fired for
+		return struct{}{}, nil
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}

@@ -1,12 +1,11 @@
-// Typedhandler runs a handler that takes a payload struct and returns a
-// result struct, both as JSON.
+// Typedhandler runs a handler of a payload struct and a result struct:
+// flotilla.Handle decodes each task's payload into the struct, strictly,
+// and stores what the handler returns as the task's result, which
+// flotilla.ResultOf reads back typed.
 //
-// The library's handler API is untyped (node.Handler gets the payload as
-// JSON and sets t.Result as JSON), so this example writes a small generic
-// adapter, typed, of its own: it decodes the payload strictly, fails a
-// payload that does not decode at once (task.NoRetry: another attempt
-// cannot fix it), and encodes the result. Copy it into your code if it
-// suits you.
+// A payload with a field the struct does not have is a bad task, not a
+// passing failure: it fails at its first attempt, with an error naming the
+// field, and is not retried.
 //
 // It needs nothing installed: the fleet is an SQLite file in a temporary
 // directory, removed at exit.
@@ -15,7 +14,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,46 +26,27 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-// ResizeRequest is the payload of a resize task.
-type ResizeRequest struct {
+// Resize is the payload of a resize task; its Kind names the handler.
+type Resize struct {
 	Image string `json:"image"`
 	Width int    `json:"width"`
 }
 
-// ResizeResult is its result.
-type ResizeResult struct {
-	Thumbnail string `json:"thumbnail"`
-	Bytes     int    `json:"bytes"`
+func (Resize) Kind() string { return "resize" }
+
+// Thumbnail is what a resize task returns.
+type Thumbnail struct {
+	Name  string `json:"name"`
+	Bytes int    `json:"bytes"`
 }
 
-// typed adapts a function of a payload P and a result R to node.Handler.
-func typed[P, R any](fn func(ctx context.Context, t *task.Task, p P) (R, error)) node.Handler {
-	return func(ctx context.Context, t *task.Task) error {
-		var p P
-		dec := json.NewDecoder(bytes.NewReader(t.Payload))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			return task.NoRetry(fmt.Errorf("payload %s does not decode into %T: %w", t.Payload, p, err))
-		}
-		r, err := fn(ctx, t, p)
-		if err != nil {
-			return err
-		}
-		out, err := json.Marshal(r)
-		if err != nil {
-			return task.NoRetry(fmt.Errorf("result %T does not encode: %w", r, err))
-		}
-		t.Result = out
-		return nil
+func resize(ctx context.Context, job *flotilla.Job[Resize]) (Thumbnail, error) {
+	if job.Args.Width <= 0 {
+		// Another attempt cannot fix the input: fail the task at once.
+		return Thumbnail{}, task.NoRetry(fmt.Errorf("width %d: give a positive width", job.Args.Width))
 	}
-}
-
-func resize(ctx context.Context, t *task.Task, req ResizeRequest) (ResizeResult, error) {
-	if req.Width <= 0 {
-		return ResizeResult{}, task.NoRetry(fmt.Errorf("width %d: give a positive width", req.Width))
-	}
-	fmt.Printf("handler: resizing %s to %dpx wide\n", req.Image, req.Width)
-	return ResizeResult{Thumbnail: fmt.Sprintf("%s@%dw", req.Image, req.Width), Bytes: req.Width * 64}, nil
+	fmt.Printf("handler: resizing %s to %dpx wide (attempt %d of %d)\n", job.Args.Image, job.Args.Width, job.Attempt, job.MaxAttempts)
+	return Thumbnail{Name: fmt.Sprintf("%s@%dw", job.Args.Image, job.Args.Width), Bytes: job.Args.Width * 64}, nil
 }
 
 func main() {
@@ -90,39 +69,33 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.Register("resize", typed(resize))
+	if err := flotilla.Handle(n, resize); err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
-	payload, err := json.Marshal(ResizeRequest{Image: "cat.png", Width: 128})
+	good, err := flotilla.SubmitArgs(ctx, fleet.Client, Resize{Image: "cat.png", Width: 128}, flotilla.WithKey("cat.png"))
 	if err != nil {
 		return err
 	}
-	good, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{Kind: "resize", Key: "cat.png", Payload: payload})
+	thumb, err := flotilla.WaitResult[Thumbnail](ctx, fleet.Client, good.ID)
 	if err != nil {
 		return err
 	}
-	done, err := tempfleet.Wait(ctx, fleet.Client, good.ID, task.Succeeded)
-	if err != nil {
-		return err
-	}
-	var res ResizeResult
-	if err := json.Unmarshal(done.Result, &res); err != nil {
-		return err
-	}
-	fmt.Printf("task %d %s: thumbnail %s, %d bytes\n", done.ID, done.Status, res.Thumbnail, res.Bytes)
+	fmt.Printf("task %d succeeded: thumbnail %s, %d bytes\n", good.ID, thumb.Name, thumb.Bytes)
 
-	// A payload the struct does not describe fails at its first attempt,
-	// without retries.
+	// A payload the struct does not describe, as an older or a careless
+	// submitter might send it.
 	bad, err := fleet.Client.Submit(ctx, flotilla.TaskRequest{
 		Kind: "resize", Key: "dog.png", Payload: json.RawMessage(`{"image":"dog.png","height":64}`),
 	})
 	if err != nil {
 		return err
 	}
-	failed, err := tempfleet.Wait(ctx, fleet.Client, bad.ID, task.Failed)
+	failed, err := fleet.Client.Wait(ctx, bad.ID)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,13 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
+// Charge is the payload of a charge task.
+type Charge struct {
+	Invoice int `json:"invoice"`
+}
+
+func (Charge) Kind() string { return "charge" }
+
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -50,22 +57,28 @@ func run(ctx context.Context) error {
 	// duplicate below arrives while the first is unfinished.
 	running := make(chan int64, 1)
 	finish := make(chan struct{})
-	n.Register("charge", func(ctx context.Context, t *task.Task) error {
-		running <- t.ID
+	err = flotilla.Handle(n, func(ctx context.Context, job *flotilla.Job[Charge]) (struct{}, error) {
+		running <- job.ID
 		select {
 		case <-finish:
-			return nil
+			return struct{}{}, nil
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return struct{}{}, context.Cause(ctx)
 		}
 	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
 	defer func() { _ = n.Shutdown(context.WithoutCancel(ctx)) }()
 
-	req := flotilla.TaskRequest{Kind: "charge", Key: "customer-9", UniqueKey: "invoice-7"}
-	first, err := fleet.Client.Submit(ctx, req)
+	charge := func() (*task.Task, error) {
+		return flotilla.SubmitArgs(ctx, fleet.Client, Charge{Invoice: 7}, flotilla.WithKey("customer-9"),
+			flotilla.WithUniqueKey("invoice-7"))
+	}
+	first, err := charge()
 	if err != nil {
 		return err
 	}
@@ -77,9 +90,9 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("task %d is running\n", first.ID)
 
-	_, err = fleet.Client.Submit(ctx, req)
+	_, err = charge()
 	if !errors.Is(err, store.ErrDuplicate) {
-		return fmt.Errorf("a second submit of unique key %s answered %v, want store.ErrDuplicate", req.UniqueKey, err)
+		return fmt.Errorf("a second submit of unique key invoice-7 answered %v, want store.ErrDuplicate", err)
 	}
 	fmt.Printf("second submit refused: duplicate=%t: %v\n", errors.Is(err, store.ErrDuplicate), err)
 	all, err := fleet.Client.List(ctx, store.TaskFilter{})
@@ -93,7 +106,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("task %d succeeded; the key is free again\n", first.ID)
-	again, err := fleet.Client.Submit(ctx, req)
+	again, err := charge()
 	if err != nil {
 		return err
 	}

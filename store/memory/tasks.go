@@ -37,6 +37,7 @@ func (rec *taskRecord) snapshot() *task.Task {
 	t.Result = bytes.Clone(t.Result)
 	t.Progress = bytes.Clone(t.Progress)
 	t.Resources = maps.Clone(t.Resources)
+	t.Metadata = maps.Clone(t.Metadata)
 	return &t
 }
 
@@ -154,6 +155,7 @@ func (db *database) insertTask(nt store.NewTask, now time.Time) *taskRecord {
 		UniqueKey:     nt.UniqueKey,
 		LimitKey:      nt.LimitKey,
 		Resources:     maps.Clone(nt.Resources),
+		Metadata:      store.NoEmptyMetadata(nt.Metadata),
 		Schedule:      nt.Schedule,
 		ScheduledFor:  dbTime(nt.ScheduledFor),
 		CreatedAt:     now,

@@ -122,8 +122,8 @@ func TestMetaOfAnOlderSchemaAsksForMigrate(t *testing.T) {
 	}
 	_, err := s.Meta(testContext(t))
 	var se *store.SchemaError
-	if !errors.As(err, &se) || se.Database != 0 || !strings.Contains(err.Error(), "worker migrate") {
-		t.Errorf("Meta with no applied migration: %v, want a SchemaError asking for `worker migrate`", err)
+	if !errors.As(err, &se) || se.Database != 0 || !strings.Contains(err.Error(), "flotilla.Migrate") {
+		t.Errorf("Meta with no applied migration: %v, want a SchemaError naming flotilla.Migrate", err)
 	}
 }
 

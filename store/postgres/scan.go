@@ -18,7 +18,7 @@ var taskColumnNames = []string{
 	"id", "kind", "key", "bucket", "status", "status_version", "priority", "run_at", "attempt",
 	"max_attempts", "timeout_ms", "payload", "result", "progress", "error", "claim_seq", "owner", "node",
 	"epoch", "lease_expires_at", "schedule", "scheduled_for", "unique_key", "created_at", "started_at",
-	"finished_at", "updated_at", "stop_requested", "pause_requested", "pipeline_id", "step",
+	"finished_at", "updated_at", "stop_requested", "pause_requested", "pipeline_id", "step", "metadata",
 }
 
 // taskColumns is taskColumnNames as a select list; taskColumnsOf(alias)
@@ -106,12 +106,21 @@ func resourcesJSON(r store.Resources) []byte {
 	return []byte(t.String)
 }
 
+// metadataJSON is metadataText for COPY, which takes the jsonb's bytes.
+func metadataJSON(md map[string]string) []byte {
+	t := metadataText(md)
+	if !t.Valid {
+		return nil
+	}
+	return []byte(t.String)
+}
+
 // taskRow receives one row of taskColumns.
 type taskRow struct {
 	id, statusVersion, timeoutMS, claimSeq, epoch int64
 	kind, key, status, errText, node              string
 	bucket, priority, attempt, maxAttempts        int32
-	payload, result, progress                     []byte
+	payload, result, progress, metadata           []byte
 	owner, schedule, uniqueKey                    pgtype.Text
 	runAt, createdAt, updatedAt                   time.Time
 	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
@@ -126,7 +135,7 @@ func (r *taskRow) dest() []any {
 		&r.id, &r.kind, &r.key, &r.bucket, &r.status, &r.statusVersion, &r.priority, &r.runAt, &r.attempt,
 		&r.maxAttempts, &r.timeoutMS, &r.payload, &r.result, &r.progress, &r.errText, &r.claimSeq, &r.owner, &r.node,
 		&r.epoch, &r.leaseExpiresAt, &r.schedule, &r.scheduledFor, &r.uniqueKey, &r.createdAt, &r.startedAt,
-		&r.finishedAt, &r.updatedAt, &r.stopRequested, &r.pauseRequested, &r.pipeline, &r.step,
+		&r.finishedAt, &r.updatedAt, &r.stopRequested, &r.pauseRequested, &r.pipeline, &r.step, &r.metadata,
 	}
 }
 
@@ -163,7 +172,32 @@ func (r *taskRow) task() *task.Task {
 		PauseRequested: r.pauseRequested,
 		Pipeline:       r.pipeline.Int64,
 		Step:           r.step.String,
+		Metadata:       metadataOf(r.metadata),
 	}
+}
+
+// metadataOf reads the metadata column. The store writes it only from a
+// map of strings (metadataText), so it always reads back as one; a row
+// whose column was set by hand to anything else reads as no metadata
+// rather than failing every read that meets it.
+func metadataOf(b []byte) map[string]string {
+	if b == nil {
+		return nil
+	}
+	var md map[string]string
+	if json.Unmarshal(b, &md) != nil || len(md) == 0 {
+		return nil
+	}
+	return md
+}
+
+// metadataText is a task's metadata as jsonb text, NULL for none.
+func metadataText(md map[string]string) pgtype.Text {
+	if len(md) == 0 {
+		return pgtype.Text{}
+	}
+	b, _ := json.Marshal(md) // a map of strings always marshals
+	return pgtype.Text{String: string(b), Valid: true}
 }
 
 // scanTasks reads every row of taskColumns (optionally followed by extra

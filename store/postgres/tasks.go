@@ -33,7 +33,7 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertTasksHead and insertTasksTail insert the rows of unnest($1..$15) in
+// insertTasksHead and insertTasksTail insert the rows of unnest($1..$16) in
 // input order (so that ids ascend in input order) and return them, with an
 // ON CONFLICT clause between the two where one is wanted. Status and run_at
 // come from the database clock: a task due later than now is scheduled,
@@ -43,21 +43,21 @@ WITH input AS (
     SELECT i.*, coalesce(i.run_at, statement_timestamp() + i.delay_us * interval '1 microsecond') AS due
     FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::timestamptz[], $6::bigint[], $7::int[],
                 $8::bigint[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::timestamptz[],
-                $14::text[], $15::text[])
+                $14::text[], $15::text[], $16::text[])
          WITH ORDINALITY AS i(kind, key, bucket, priority, run_at, delay_us, max_attempts,
                               timeout_ms, payload, unique_key, pending, schedule, scheduled_for,
-                              limit_key, resources, ord)
+                              limit_key, resources, metadata, ord)
 ), ins AS (
     INSERT INTO flotilla_tasks (kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms,
                                 payload, unique_key, schedule, scheduled_for, created_at, updated_at,
-                                limit_key, resources)
+                                limit_key, resources, metadata)
     SELECT kind, key, bucket,
            CASE WHEN pending THEN 'pending'
                 WHEN due > statement_timestamp() THEN 'scheduled'
                 ELSE 'queued' END,
            priority, greatest(due, statement_timestamp()), max_attempts, timeout_ms,
            payload::jsonb, unique_key, schedule, scheduled_for, statement_timestamp(), statement_timestamp(),
-           limit_key, resources::jsonb
+           limit_key, resources::jsonb, metadata::jsonb
     FROM input
     ORDER BY ord`
 
@@ -94,7 +94,7 @@ type taskBatch struct {
 	delays, timeouts                             []int64
 	pending                                      []bool
 	limitKeys                                    []string
-	resources                                    []pgtype.Text
+	resources, metadata                          []pgtype.Text
 }
 
 func (b *taskBatch) args() []any {
@@ -108,7 +108,7 @@ func (b *taskBatch) args() []any {
 	return []any{
 		b.kinds, b.keys, b.buckets, b.priorities, b.runAts, b.delays, b.maxAttempts, b.timeouts,
 		b.payloads, texts(b.uniqueKeys, b.uniqueValid), b.pending,
-		texts(b.schedules, b.scheduleValid), b.scheduledFor, b.limitKeys, b.resources,
+		texts(b.schedules, b.scheduleValid), b.scheduledFor, b.limitKeys, b.resources, b.metadata,
 	}
 }
 
@@ -128,7 +128,7 @@ func newTaskBatch(tasks []store.NewTask) *taskBatch {
 		buckets: make([]int32, n), priorities: make([]int32, n), maxAttempts: make([]int32, n),
 		runAts: make([]pgtype.Timestamptz, n), scheduledFor: make([]pgtype.Timestamptz, n),
 		delays: make([]int64, n), timeouts: make([]int64, n), pending: make([]bool, n),
-		limitKeys: make([]string, n), resources: make([]pgtype.Text, n),
+		limitKeys: make([]string, n), resources: make([]pgtype.Text, n), metadata: make([]pgtype.Text, n),
 	}
 	for i, nt := range tasks {
 		b.kinds[i], b.keys[i] = nt.Kind, nt.Key
@@ -144,6 +144,7 @@ func newTaskBatch(tasks []store.NewTask) *taskBatch {
 		b.pending[i] = nt.Pending
 		b.limitKeys[i] = nt.LimitKey
 		b.resources[i] = resourcesText(nt.Resources)
+		b.metadata[i] = metadataText(nt.Metadata)
 	}
 	return b
 }
@@ -352,6 +353,7 @@ const notifyTasksSQL = `SELECT pg_notify('flotilla_tasks', $1)`
 var copyColumns = []string{
 	"id", "kind", "key", "bucket", "status", "priority", "run_at", "max_attempts", "timeout_ms",
 	"payload", "unique_key", "schedule", "scheduled_for", "created_at", "updated_at", "limit_key", "resources",
+	"metadata",
 }
 
 // copyTasks creates a large batch inside tx: one statement reserves the ids
@@ -406,8 +408,10 @@ func copyTasks(ctx context.Context, tx pgx.Tx, tasks []store.NewTask) ([]*task.T
 			t.ID, t.Kind, t.Key, int32(t.Bucket), string(t.Status), int32(t.Priority), t.RunAt,
 			int32(t.MaxAttempts), nt.Timeout.Milliseconds(), []byte(t.Payload), optText(nt.UniqueKey),
 			optText(nt.Schedule), optTimestamp(t.ScheduledFor), now, now, nt.LimitKey, resourcesJSON(nt.Resources),
+			metadataJSON(nt.Metadata),
 		}
 		t.LimitKey, t.Resources = nt.LimitKey, maps.Clone(nt.Resources)
+		t.Metadata = store.NoEmptyMetadata(nt.Metadata)
 		out[i] = t
 	}
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"flotilla_tasks"}, copyColumns, pgx.CopyFromRows(rows)); err != nil {
@@ -712,7 +716,7 @@ type nullableTaskRow struct {
 	id, statusVersion, timeoutMS, claimSeq, epoch pgtype.Int8
 	kind, key, status, errText, node              pgtype.Text
 	bucket, priority, attempt, maxAttempts        pgtype.Int4
-	payload, result, progress                     []byte
+	payload, result, progress, metadata           []byte
 	owner, schedule, uniqueKey                    pgtype.Text
 	runAt, createdAt, updatedAt                   pgtype.Timestamptz
 	leaseExpiresAt, scheduledFor                  pgtype.Timestamptz
@@ -727,7 +731,7 @@ func (n *nullableTaskRow) dest() []any {
 		&n.id, &n.kind, &n.key, &n.bucket, &n.status, &n.statusVersion, &n.priority, &n.runAt, &n.attempt,
 		&n.maxAttempts, &n.timeoutMS, &n.payload, &n.result, &n.progress, &n.errText, &n.claimSeq, &n.owner, &n.node,
 		&n.epoch, &n.leaseExpiresAt, &n.schedule, &n.scheduledFor, &n.uniqueKey, &n.createdAt, &n.startedAt,
-		&n.finishedAt, &n.updatedAt, &n.stopRequested, &n.pauseRequested, &n.pipeline, &n.step,
+		&n.finishedAt, &n.updatedAt, &n.stopRequested, &n.pauseRequested, &n.pipeline, &n.step, &n.metadata,
 	}
 }
 
@@ -743,6 +747,6 @@ func (n *nullableTaskRow) into(r *taskRow) {
 		leaseExpiresAt: n.leaseExpiresAt, scheduledFor: n.scheduledFor,
 		startedAt: n.startedAt, finishedAt: n.finishedAt,
 		stopRequested: n.stopRequested.Bool, pauseRequested: n.pauseRequested.Bool,
-		pipeline: n.pipeline, step: n.step,
+		pipeline: n.pipeline, step: n.step, metadata: n.metadata,
 	}
 }

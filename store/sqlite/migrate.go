@@ -18,7 +18,7 @@ import (
 
 // SchemaVersion is the schema version this binary knows: the number of the
 // last embedded migration.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

@@ -150,7 +150,7 @@ func checkStepPayloads(steps []task.Step) error {
 // in its pipeline.
 const stepColumns = insertColumns + `, pipeline_id, step, deps_left`
 
-const stepMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+var stepMarks = marks(insertParams + 3)
 
 // depsChunk is how many dependency rows one INSERT carries (5 parameters
 // each).

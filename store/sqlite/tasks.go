@@ -20,7 +20,7 @@ import (
 const taskColumns = `id, kind, key, bucket, status, status_version, priority, run_at, attempt, max_attempts,
     timeout_ms, payload, result, progress, error, claim_seq, owner, node, epoch, lease_expires_at,
     stop_requested, pause_requested, schedule, scheduled_for, unique_key, created_at, started_at,
-    finished_at, updated_at, pipeline_id, step, limit_key, resources, wait_reason`
+    finished_at, updated_at, pipeline_id, step, limit_key, resources, wait_reason, metadata`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -33,13 +33,13 @@ func scanTask(row scanner) (*task.Task, error) {
 		owner, schedule, uniqueKey                        sql.NullString
 		runAt, leaseExp, scheduledFor, createdAt, started sql.NullInt64
 		finished, updated, pipeline                       sql.NullInt64
-		step, resources                                   sql.NullString
+		step, resources, metadata                         sql.NullString
 	)
 	err := row.Scan(&t.ID, &t.Kind, &t.Key, &t.Bucket, &status, &t.StatusVersion, &t.Priority, &runAt,
 		&t.Attempt, &t.MaxAttempts, &timeoutMS, &payload, &result, &progress, &t.Error, &t.ClaimSeq, &owner,
 		&t.Node, &t.Epoch, &leaseExp, &t.StopRequested, &t.PauseRequested, &schedule, &scheduledFor,
 		&uniqueKey, &createdAt, &started, &finished, &updated, &pipeline, &step,
-		&t.LimitKey, &resources, &t.WaitReason)
+		&t.LimitKey, &resources, &t.WaitReason, &metadata)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +52,11 @@ func scanTask(row scanner) (*task.Task, error) {
 	t.Pipeline, t.Step = pipeline.Int64, step.String
 	if t.Resources, err = resourcesOf(resources); err != nil {
 		return nil, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	if metadata.Valid {
+		if err := json.Unmarshal([]byte(metadata.String), &t.Metadata); err != nil {
+			return nil, fmt.Errorf("task %d: metadata %q: %w", t.ID, metadata.String, err)
+		}
 	}
 	t.RunAt, t.LeaseExpiresAt, t.ScheduledFor = fromMicros(runAt), fromMicros(leaseExp), fromMicros(scheduledFor)
 	t.CreatedAt, t.StartedAt, t.FinishedAt, t.UpdatedAt = fromMicros(createdAt), fromMicros(started),
@@ -96,7 +101,7 @@ func taskNotFound(id int64) error {
 
 // insertChunk is how many tasks one INSERT statement carries: per row,
 // SQLite's cost is mostly the statement's own, so a bulk insert writes
-// many rows per statement (16 parameters a row, far below SQLite's limit
+// many rows per statement (17 parameters a row, far below SQLite's limit
 // of 32,766).
 const insertChunk = 64
 
@@ -124,7 +129,8 @@ func newTaskRow(nt store.NewTask, now time.Time) *task.Task {
 		Kind: nt.Kind, Key: nt.Key, Bucket: nt.Bucket, Status: status, StatusVersion: 1, Priority: nt.Priority,
 		RunAt: runAt, MaxAttempts: maxAttempts, Timeout: nt.Timeout, Payload: jsonOrNull(nt.Payload),
 		UniqueKey: nt.UniqueKey, Schedule: nt.Schedule, ScheduledFor: dbTime(nt.ScheduledFor),
-		LimitKey: nt.LimitKey, Resources: maps.Clone(nt.Resources), CreatedAt: now, UpdatedAt: now,
+		LimitKey: nt.LimitKey, Resources: maps.Clone(nt.Resources), Metadata: store.NoEmptyMetadata(nt.Metadata),
+		CreatedAt: now, UpdatedAt: now,
 	}
 }
 
@@ -132,7 +138,17 @@ func newTaskRow(nt store.NewTask, now time.Time) *task.Task {
 func rowArgs(t *task.Task) []any {
 	return []any{t.Kind, t.Key, t.Bucket, string(t.Status), t.Priority, t.RunAt.UnixMicro(), t.MaxAttempts,
 		t.Timeout.Milliseconds(), string(t.Payload), nullString(t.UniqueKey), nullString(t.Schedule),
-		micros(t.ScheduledFor), t.CreatedAt.UnixMicro(), t.UpdatedAt.UnixMicro(), t.LimitKey, resourcesArg(t.Resources)}
+		micros(t.ScheduledFor), t.CreatedAt.UnixMicro(), t.UpdatedAt.UnixMicro(), t.LimitKey, resourcesArg(t.Resources),
+		metadataArg(t.Metadata)}
+}
+
+// metadataArg is a task's metadata as stored: a JSON object, NULL for none.
+func metadataArg(md map[string]string) any {
+	if len(md) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(md) // a map of strings always marshals
+	return string(b)
 }
 
 // resourcesArg is a task's resources as stored: a JSON object, NULL for
@@ -158,12 +174,17 @@ func resourcesOf(s sql.NullString) (store.Resources, error) {
 }
 
 const insertColumns = `kind, key, bucket, status, priority, run_at, max_attempts, timeout_ms, payload,
-    unique_key, schedule, scheduled_for, created_at, updated_at, limit_key, resources`
+    unique_key, schedule, scheduled_for, created_at, updated_at, limit_key, resources, metadata`
 
 // insertParams is the number of parameters of one row of insertColumns.
-const insertParams = 16
+const insertParams = 17
 
-const rowMarks = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+var rowMarks = marks(insertParams)
+
+// marks is a row of n parameters: (?, ?, ...).
+func marks(n int) string {
+	return "(" + strings.Repeat("?, ", n-1) + "?)"
+}
 
 // insertSQL inserts n rows and returns their ids.
 func insertSQL(n int, orIgnore bool) string {

@@ -21,8 +21,8 @@ func testFleet(t *testing.T, h Harness) {
 		if !errors.As(err, &se) || !errors.Is(err, store.ErrSchema) {
 			t.Fatalf("Meta on an empty database: %v, want *store.SchemaError", err)
 		}
-		if !strings.Contains(err.Error(), "worker migrate") {
-			t.Errorf("%q does not tell the operator to run `worker migrate`", err)
+		if !strings.Contains(err.Error(), "flotilla.Migrate") || strings.Contains(err.Error(), "worker ") {
+			t.Errorf("%q does not name flotilla.Migrate, or names a command of the binary", err)
 		}
 	})
 

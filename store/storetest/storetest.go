@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("Retention", func(t *testing.T) { testRetention(t, h) })
 	t.Run("Console", func(t *testing.T) { testConsole(t, h) })
+	t.Run("Metadata", func(t *testing.T) { testMetadata(t, h) })
 }
 
 // numBuckets is small so that tests can name every bucket.

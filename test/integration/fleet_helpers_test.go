@@ -191,7 +191,7 @@ func (f *fleet) node(id string) (store.NodeInfo, bool) {
 func (f *fleet) get(id int64) (*flotilla.TaskReport, error) {
 	ctx, cancel := context.WithTimeout(f.t.Context(), queryTimeout)
 	defer cancel()
-	return f.client.Get(ctx, id)
+	return f.client.Report(ctx, id)
 }
 
 func (f *fleet) mustGet(id int64) *flotilla.TaskReport {

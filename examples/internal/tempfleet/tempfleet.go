@@ -84,16 +84,16 @@ func Poll(ctx context.Context, c *flotilla.Client, id int64, done func(*task.Tas
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		r, err := c.Get(ctx, id)
+		t, err := c.Get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if ok, err := done(r.Task); ok || err != nil {
-			return r.Task, err
+		if ok, err := done(t); ok || err != nil {
+			return t, err
 		}
 		select {
 		case <-ctx.Done():
-			return r.Task, fmt.Errorf("task %d is still %s (waiting: %q): %w", id, r.Task.Status, r.Task.WaitReason,
+			return t, fmt.Errorf("task %d is still %s (waiting: %q): %w", id, t.Status, t.WaitReason,
 				context.Cause(ctx))
 		case <-tick.C:
 		}
