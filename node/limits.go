@@ -820,6 +820,19 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 	}
 }
 
+// bucketsLeft forgets what the limiter knew of buckets this node holds no
+// more: they take part in no limited claim, and one taken again is not
+// ready until a refresh has read its running rows under its new epoch, as
+// on any takeover.
+func (l *limiter) bucketsLeft(bs []int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range bs {
+		delete(l.ready, b)
+		delete(l.acquired, b)
+	}
+}
+
 // sharePass renews the shares of fleet-wide limits between limit passes
 // (see limiter.renewShares) and lets the claim loop use what it learnt.
 func (n *Node) sharePass(ctx context.Context) {

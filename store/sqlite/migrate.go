@@ -17,7 +17,7 @@ import (
 
 // SchemaVersion is the schema version this binary knows: the number of the
 // last embedded migration.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

@@ -113,6 +113,17 @@ func testNotifications(t *testing.T, h Harness) {
 	if rel := expect(store.TopicBuckets, "a release"); rel.Payload != "1" {
 		t.Errorf("release payload %q, want 1", rel.Payload)
 	}
+	// A hand-off wakes its successor (and any standby) at once.
+	held := b.hold("a", 4, 5)
+	if _, err := b.s.HandOff(b.ctx, "a", []store.Handoff{
+		{Bucket: 4, Epoch: held[0].Epoch, To: "b", ToNode: nodeOf("b")},
+		{Bucket: 5, Epoch: held[1].Epoch, To: "b", ToNode: nodeOf("b")},
+	}, leaseTTL); err != nil {
+		t.Fatal(err)
+	}
+	if ho := expect(store.TopicBuckets, "a hand-off"); ho.Payload != "4-5" {
+		t.Errorf("hand-off payload %q, want 4-5", ho.Payload)
+	}
 
 	cancel()
 	select {

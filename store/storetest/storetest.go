@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, h) })
 	t.Run("Transition", func(t *testing.T) { testTransition(t, h) })
 	t.Run("BucketLeases", func(t *testing.T) { testBucketLeases(t, h) })
+	t.Run("Handoffs", func(t *testing.T) { testHandoffs(t, h) })
 	t.Run("Claim", func(t *testing.T) { testClaim(t, h) })
 	t.Run("Fencing", func(t *testing.T) { testFencing(t, h) })
 	t.Run("LockedRows", func(t *testing.T) { testLockedRows(t, h) })

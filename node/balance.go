@@ -1,0 +1,219 @@
+package node
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/flotilla-dev/flotilla/balance"
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/store"
+)
+
+// freeGrace is how many balance passes in a row a free bucket this node
+// declares may wait for the node the assignment gives it to before this
+// node takes it anyway: a bucket never waits long for a node that does not
+// come (its view lags, or it is stuck), and balance moves it later if it
+// must.
+const freeGrace = 3
+
+// balancer runs after each bucket lease tick (DESIGN §6a). It reads the
+// fleet (its live nodes with their declarations, the leases with their
+// hand-offs and pins), computes the assignment every node computes
+// (package balance), and acts on this node's part of it: it tells the
+// keeper which free buckets to take, and starts, redirects or calls off the
+// hand-offs of the buckets this node holds. Every node acting on the same
+// assignment moves each bucket once, from its holder to its target; a node
+// whose view lags only acts later, since only a bucket's holder gives it
+// and nobody takes a bucket another node holds.
+type balancer struct {
+	n *Node
+
+	mu sync.Mutex
+	// assignment is the last one computed, for Share and the metrics.
+	assignment balance.Assignment
+	computed   bool
+	// free counts the passes in a row each declared bucket was seen free.
+	free map[int]int
+}
+
+func newBalancer(n *Node) *balancer {
+	return &balancer{n: n, free: map[int]int{}}
+}
+
+// view reads the fleet as the assignment needs it.
+func (bl *balancer) view(ctx context.Context) ([]store.NodeInfo, []store.BucketLease, error) {
+	n := bl.n
+	ctx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
+	defer cancel()
+	nodes, err := n.store.ListNodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	leases, err := n.store.ListBuckets(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nodes, leases, nil
+}
+
+// plan computes the assignment from the fleet as it is now and sets what
+// the keeper may take; it returns the assignment and the live nodes'
+// incarnations by id, or false when the fleet could not be read.
+func (bl *balancer) plan(ctx context.Context) (balance.Assignment, map[string]string, bool) {
+	n := bl.n
+	nodes, leases, err := bl.view(ctx)
+	if err != nil {
+		n.log.Warn("reading the fleet to balance buckets failed; will retry at the next heartbeat", zap.Error(err))
+		return balance.Assignment{}, nil, false
+	}
+	a := balance.Assign(balance.FromStore(len(leases), nodes, leases))
+	incarnations := map[string]string{}
+	for _, nd := range nodes {
+		if nd.Alive && !nd.Leaving {
+			incarnations[nd.ID] = nd.Incarnation
+		}
+	}
+	bl.mu.Lock()
+	bl.assignment, bl.computed = a, true
+	var take []int
+	seen := map[int]bool{}
+	for _, l := range leases {
+		if l.Holder != "" || !n.declared.Contains(l.Bucket) {
+			continue
+		}
+		seen[l.Bucket] = true
+		bl.free[l.Bucket]++
+		if a.Target(l.Bucket) == n.id || bl.free[l.Bucket] >= freeGrace {
+			take = append(take, l.Bucket)
+		}
+	}
+	for b := range bl.free {
+		if !seen[b] {
+			delete(bl.free, b)
+		}
+	}
+	bl.mu.Unlock()
+	if !n.cfg.NoBalance && n.keeper.setTake(bucket.Of(take...)) {
+		// Free buckets are this node's: take them now, not a heartbeat
+		// later.
+		n.leaseLoop.poke()
+	}
+	return a, incarnations, true
+}
+
+// pass plans and acts on this node's buckets: a held bucket whose target is
+// another live node is handed to it; a bucket being handed over whose
+// target changed goes to the new target, or, when the target is this node
+// again, is kept.
+func (bl *balancer) pass(ctx context.Context) {
+	n := bl.n
+	if n.isDraining() {
+		return // Shutdown hands the buckets on itself
+	}
+	a, incarnations, ok := bl.plan(ctx)
+	if !ok {
+		return
+	}
+	giving := n.handoffs.underWay()
+	for _, h := range n.keeper.holding(true) {
+		target := a.Target(h.Bucket)
+		_, underWay := giving[h.Bucket]
+		switch {
+		case target == n.id || target == "" || incarnations[target] == "":
+			if underWay {
+				n.handoffs.callOff(h.Bucket)
+			}
+		default:
+			n.handoffs.start(n.runCtx, h.Bucket, incarnations[target], target)
+		}
+	}
+}
+
+// Share returns how many buckets the fleet's assignment gives this node,
+// as of its last balance pass (zero before the first).
+func (n *Node) Share() int {
+	n.balancer.mu.Lock()
+	defer n.balancer.mu.Unlock()
+	if !n.balancer.computed {
+		return 0
+	}
+	return n.balancer.assignment.Of(n.id).Len()
+}
+
+// Handoffs returns the buckets this node is handing over now, each with its
+// successor's node id, ascending.
+func (n *Node) Handoffs() []BucketHandoff {
+	under := n.handoffs.underWay()
+	out := make([]BucketHandoff, 0, len(under))
+	for b, to := range under {
+		out = append(out, BucketHandoff{Bucket: b, To: to})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	return out
+}
+
+// BucketHandoff is a bucket this node is handing to another.
+type BucketHandoff struct {
+	Bucket int
+	To     string // the successor's node id
+}
+
+// handOffAtShutdown starts, as Shutdown begins, the hand-off of every
+// bucket this node holds to the node that the assignment without it gives
+// the bucket to: each goes as soon as its own tasks are settled, through
+// the same hand-off as balance's. The node first says it is leaving, so
+// that no node hands it a bucket any more. A bucket no other live node
+// declares is released at the end of Shutdown, as before.
+func (n *Node) handOffAtShutdown(ctx context.Context) {
+	n.registerLeaving(ctx)
+	nodes, leases, err := n.balancer.view(ctx)
+	if err != nil {
+		n.log.Warn("reading the fleet to hand buckets on at shutdown failed; they are released instead",
+			zap.Error(err))
+		return
+	}
+	a := balance.Assign(balance.FromStore(len(leases), nodes, leases))
+	incarnations := map[string]string{}
+	for _, nd := range nodes {
+		if nd.Alive && !nd.Leaving {
+			incarnations[nd.ID] = nd.Incarnation
+		}
+	}
+	var handed []int
+	for _, h := range n.keeper.holding(true) {
+		target := a.Target(h.Bucket)
+		if target == "" || target == n.id || incarnations[target] == "" {
+			continue
+		}
+		if n.handoffs.start(n.runCtx, h.Bucket, incarnations[target], target) {
+			handed = append(handed, h.Bucket)
+		}
+	}
+	if len(handed) > 0 {
+		n.log.Info("shutting down: handing buckets to the nodes that declare them",
+			zap.String("buckets", bucket.Of(handed...).String()))
+	}
+}
+
+// registerLeaving tells the fleet this node is leaving: the balance of the
+// others leaves it out from then on.
+func (n *Node) registerLeaving(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+	defer cancel()
+	if err := n.store.RegisterNode(ctx, n.registration(true), n.cfg.BucketLeaseTTL); err != nil {
+		n.log.Warn("telling the fleet this node is leaving failed", zap.Error(err))
+	}
+}
+
+// finishHandoffs waits, once Shutdown has written every outcome, for the
+// hand-offs under way to end; when ctx ends first, it calls those left off,
+// and their buckets are released (or left to lapse) with the rest.
+func (n *Node) finishHandoffs(ctx context.Context) {
+	if !n.handoffs.wait(ctx) {
+		n.log.Warn("shutdown deadline passed with bucket hand-offs under way; calling them off")
+	}
+	n.handoffs.stop()
+}
