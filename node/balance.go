@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -46,7 +47,9 @@ func newBalancer(n *Node) *balancer {
 // view reads the fleet as the assignment needs it.
 func (bl *balancer) view(ctx context.Context) ([]store.NodeInfo, []store.BucketLease, error) {
 	n := bl.n
-	ctx, cancel := context.WithTimeout(ctx, n.stmtTimeout)
+	// Bounded by a heartbeat, not a renewal's timeout: nothing waits on
+	// it, and the next pass comes then anyway.
+	ctx, cancel := context.WithTimeout(ctx, max(n.cfg.BucketLeaseHeartbeat, n.stmtTimeout))
 	defer cancel()
 	nodes, err := n.store.ListNodes(ctx)
 	if err != nil {
@@ -118,6 +121,7 @@ func (bl *balancer) pass(ctx context.Context) {
 		return
 	}
 	giving := n.handoffs.underWay()
+	var moves []handoffMove
 	for _, h := range n.keeper.holding(true) {
 		target := a.Target(h.Bucket)
 		_, underWay := giving[h.Bucket]
@@ -126,9 +130,12 @@ func (bl *balancer) pass(ctx context.Context) {
 			if underWay {
 				n.handoffs.callOff(h.Bucket)
 			}
-		default:
-			n.handoffs.start(n.runCtx, h.Bucket, incarnations[target], target)
+		case !underWay || giving[h.Bucket] != target:
+			moves = append(moves, handoffMove{bucket: h.Bucket, to: incarnations[target], toNode: target})
 		}
+	}
+	if len(moves) > 0 {
+		n.handoffs.begin(n.runCtx, moves)
 	}
 }
 
@@ -169,11 +176,33 @@ type BucketHandoff struct {
 // declares is released at the end of Shutdown, as before.
 func (n *Node) handOffAtShutdown(ctx context.Context) {
 	n.registerLeaving(ctx)
+	a, incarnations, leases, ok := n.shutdownPlan(ctx)
+	if !ok {
+		return
+	}
+	var moves []handoffMove
+	for _, h := range n.keeper.holding(true) {
+		target := a.Target(h.Bucket)
+		if target == "" || target == n.id || incarnations[target] == "" {
+			continue
+		}
+		moves = append(moves, handoffMove{bucket: h.Bucket, to: incarnations[target], toNode: target})
+	}
+	if handed := n.handoffs.begin(n.runCtx, moves); len(handed) > 0 {
+		n.log.Info("shutting down: handing buckets to the nodes that declare them",
+			zap.String("buckets", bucket.Of(handed...).String()))
+	}
+	n.handOnUntakenUp(ctx, a, incarnations, leases)
+}
+
+// shutdownPlan reads the fleet and computes the assignment without this
+// node, which is leaving.
+func (n *Node) shutdownPlan(ctx context.Context) (balance.Assignment, map[string]string, []store.BucketLease, bool) {
 	nodes, leases, err := n.balancer.view(ctx)
 	if err != nil {
 		n.log.Warn("reading the fleet to hand buckets on at shutdown failed; they are released instead",
 			zap.Error(err))
-		return
+		return balance.Assignment{}, nil, nil, false
 	}
 	a := balance.Assign(balance.FromStore(len(leases), nodes, leases))
 	incarnations := map[string]string{}
@@ -182,19 +211,35 @@ func (n *Node) handOffAtShutdown(ctx context.Context) {
 			incarnations[nd.ID] = nd.Incarnation
 		}
 	}
-	var handed []int
+	return a, incarnations, leases, true
+}
+
+// handOnUntakenUp hands on, at once, the buckets other nodes handed to this
+// one that it has not taken up (its keeper has not renewed them since): it
+// ran nothing in them, so they need no wait; released with the rest at the
+// end of Shutdown instead, they would wait for a node to take them.
+func (n *Node) handOnUntakenUp(ctx context.Context, a balance.Assignment, incarnations map[string]string,
+	leases []store.BucketLease) {
+	known := map[int]bool{}
 	for _, h := range n.keeper.holding(true) {
-		target := a.Target(h.Bucket)
-		if target == "" || target == n.id || incarnations[target] == "" {
+		known[h.Bucket] = true
+	}
+	var moves []store.Handoff
+	for _, l := range leases {
+		target := a.Target(l.Bucket)
+		if l.Holder != n.incarnation || known[l.Bucket] || target == "" || target == n.id || incarnations[target] == "" {
 			continue
 		}
-		if n.handoffs.start(n.runCtx, h.Bucket, incarnations[target], target) {
-			handed = append(handed, h.Bucket)
-		}
+		moves = append(moves, store.Handoff{Bucket: l.Bucket, Epoch: l.Epoch, To: incarnations[target], ToNode: target})
 	}
-	if len(handed) > 0 {
-		n.log.Info("shutting down: handing buckets to the nodes that declare them",
-			zap.String("buckets", bucket.Of(handed...).String()))
+	if len(moves) == 0 {
+		return
+	}
+	if n.handoffs.write(ctx, "handing on buckets handed to this node as it shuts down", func(ctx context.Context) error {
+		_, err := n.store.HandOff(ctx, n.incarnation, moves, n.cfg.BucketLeaseTTL)
+		return err
+	}) {
+		n.log.Info("shutting down: handed on buckets handed to this node", zap.String("buckets", describeMoves(moves)))
 	}
 }
 
@@ -212,8 +257,17 @@ func (n *Node) registerLeaving(ctx context.Context) {
 // hand-offs under way to end; when ctx ends first, it calls those left off,
 // and their buckets are released (or left to lapse) with the rest.
 func (n *Node) finishHandoffs(ctx context.Context) {
+	// Nodes that had not yet seen this one leaving may have handed it
+	// buckets meanwhile.
+	if a, incarnations, leases, ok := n.shutdownPlan(ctx); ok {
+		n.handOnUntakenUp(ctx, a, incarnations, leases)
+	}
 	if !n.handoffs.wait(ctx) {
 		n.log.Warn("shutdown deadline passed with bucket hand-offs under way; calling them off")
+		n.handoffs.callOffAll()
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		n.handoffs.wait(wctx)
 	}
-	n.handoffs.stop()
+	n.handoffs.loop.stop()
 }

@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/clock"
 	"github.com/flotilla-dev/flotilla/store"
 )
 
@@ -38,109 +40,138 @@ type HandoffMetrics interface {
 	HandoffEnded(outcome string, took time.Duration)
 }
 
-// handoffs are the hand-offs of this node's buckets under way (DESIGN §6a).
-// Each runs in a goroutine of its own, so that a bucket whose tasks have
-// finished moves at once, whatever the others wait for:
+// handoffs are the hand-offs of this node's buckets under way (DESIGN §6a),
+// driven by one loop:
 //
-//  1. the bucket is served no more (leaseKeeper.give): no claim, schedule,
-//     rescue or prune there; its successor is marked in the store, so that
-//     the fleet counts the bucket as the successor's already;
-//  2. once every claim that could have named the bucket has registered its
-//     attempts (claimMu), it waits until the bucket's attempts are settled:
-//     their handlers have returned and their outcomes are written. At
-//     HandoffTimeout it cancels those still running (ErrHandingOff), whose
-//     tasks are then released to queued, no attempt counted;
-//  3. it gives the lease to the successor under the next epoch
-//     (Store.HandOff), which the store announces: the successor takes it up
-//     at once, and no write of this node under the old epoch can land.
+//  1. begin: the buckets are served no more (leaseKeeper.give): no claim,
+//     schedule, rescue or prune there; their successors are marked in the
+//     store in one statement, so that the fleet counts them as the
+//     successors' already;
+//  2. once every claim that could have named a bucket has registered its
+//     attempts (claimMu), the loop waits until the bucket's attempts are
+//     settled: their handlers have returned and their outcomes are written.
+//     At HandoffTimeout it cancels those still running (ErrHandingOff),
+//     whose tasks are then released to queued, no attempt counted;
+//  3. the buckets whose attempts are settled are given to their successors
+//     under the next epoch, in one statement (Store.HandOff), which the
+//     store announces: each successor takes its buckets up at once, and no
+//     write of this node under an old epoch can land.
 //
-// A hand-off is called off when the assignment keeps the bucket here after
-// all, and ends when the lease is lost first (the ordinary takeover then
-// follows). A node that dies in the middle leaves an ordinary lease to
-// lapse.
+// Each bucket moves as soon as its own tasks are settled, whatever the
+// others wait for; the buckets ready together move in one statement, so
+// that a node handing over many buckets sends few statements, on the
+// connections its lease renewals use too. A hand-off is called off when the
+// assignment keeps the bucket here after all, and ends when the lease is
+// lost first (the ordinary takeover then follows). A node that dies in the
+// middle leaves an ordinary lease to lapse.
 type handoffs struct {
-	n  *Node
+	n    *Node
+	loop *loop
+
 	mu sync.Mutex
 	// byBucket are the hand-offs under way.
 	byBucket map[int]*handoff
-	wg       sync.WaitGroup
+	// changed is closed and replaced whenever one ends, for wait.
+	changed chan struct{}
 }
 
 type handoff struct {
-	bucket  int
-	epoch   int64
-	started time.Time
+	bucket   int
+	epoch    int64
+	started  time.Time
+	deadline time.Time // started + HandoffTimeout: its handlers are cancelled then
 	// leaseCtx ends with the lease under epoch: a lost bucket ends the
 	// hand-off.
 	leaseCtx context.Context
-	// cancel calls the hand-off off.
-	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	to     string // the successor's incarnation
-	toNode string // and its node id
-}
-
-func (h *handoff) target() (string, string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.to, h.toNode
+	to, toNode string // the successor's incarnation and node id
+	calledOff  bool
+	cancelled  bool // its handlers were cancelled at the deadline
 }
 
 func newHandoffs(n *Node) *handoffs {
-	return &handoffs{n: n, byBucket: map[int]*handoff{}}
+	return &handoffs{n: n, loop: newLoop("bucket hand-off"), byBucket: map[int]*handoff{}, changed: make(chan struct{})}
 }
 
-// start hands bucket b to the node toNode (incarnation to), or, when a
-// hand-off of b is under way to another node, sends it there instead. It
-// reports whether a hand-off of b is under way afterwards.
-func (hs *handoffs) start(ctx context.Context, b int, to, toNode string) bool {
+// handoffMove is a bucket to hand to a node.
+type handoffMove struct {
+	bucket     int
+	to, toNode string
+}
+
+// begin hands the buckets of moves over, or, for a bucket already under
+// way, sends it to the node named instead; it returns the buckets under way
+// afterwards.
+func (hs *handoffs) begin(ctx context.Context, moves []handoffMove) []int {
+	n := hs.n
+	var marks []store.Handoff
+	var started []int
 	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if h := hs.byBucket[b]; h != nil {
-		h.mu.Lock()
-		changed := h.to != to
-		h.to, h.toNode = to, toNode
-		h.mu.Unlock()
-		if changed {
-			hs.n.log.Info("bucket hand-off goes to another node", zap.Int("bucket", b), zap.Int64("epoch", h.epoch),
-				zap.String("to", toNode))
-			hs.mark(ctx, h)
+	for _, m := range moves {
+		if h := hs.byBucket[m.bucket]; h != nil {
+			if h.to != m.to && !h.calledOff {
+				h.to, h.toNode = m.to, m.toNode
+				marks = append(marks, store.Handoff{Bucket: m.bucket, Epoch: h.epoch, To: m.to, ToNode: m.toNode})
+			}
+			started = append(started, m.bucket)
+			continue
 		}
-		return true
-	}
-	epoch, leaseCtx, ok := hs.n.keeper.give(b)
-	if !ok {
-		return false
-	}
-	hctx, cancel := context.WithCancel(ctx)
-	h := &handoff{bucket: b, epoch: epoch, started: hs.n.cfg.Clock.Now(), leaseCtx: leaseCtx, cancel: cancel,
-		to: to, toNode: toNode}
-	hs.byBucket[b] = h
-	hs.wg.Add(1)
-	go func() {
-		defer hs.wg.Done()
-		outcome := hs.run(hctx, h)
-		cancel()
-		hs.mu.Lock()
-		delete(hs.byBucket, b)
-		hs.mu.Unlock()
-		if m, ok := hs.n.metrics.(HandoffMetrics); ok {
-			m.HandoffEnded(outcome, hs.n.cfg.Clock.Now().Sub(h.started))
+		epoch, leaseCtx, ok := n.keeper.give(m.bucket)
+		if !ok {
+			continue
 		}
-	}()
-	return true
+		now := n.cfg.Clock.Now()
+		hs.byBucket[m.bucket] = &handoff{bucket: m.bucket, epoch: epoch, started: now,
+			deadline: now.Add(n.cfg.HandoffTimeout), leaseCtx: leaseCtx, to: m.to, toNode: m.toNode}
+		marks = append(marks, store.Handoff{Bucket: m.bucket, Epoch: epoch, To: m.to, ToNode: m.toNode})
+		started = append(started, m.bucket)
+	}
+	hs.mu.Unlock()
+	if len(marks) == 0 {
+		return started
+	}
+	n.log.Info("handing buckets over: no more claims there; each moves once its running tasks are settled",
+		zap.String("buckets", describeMoves(marks)), zap.Duration("timeout", n.cfg.HandoffTimeout))
+	// A claim pass that read the held buckets before they were given
+	// registers what it claimed there before it lets go of claimMu: once
+	// this hold is had, every attempt of the buckets is registered.
+	n.holdClaims().release()
+	hs.write(ctx, "recording the hand-offs", func(ctx context.Context) error {
+		_, err := n.store.MarkHandoff(ctx, n.incarnation, marks)
+		return err
+	})
+	hs.loop.poke()
+	return started
 }
 
-// callOff ends the hand-off of bucket b, if one is under way before the
-// bucket was given: the node serves it again.
+// describeMoves groups buckets by successor: "0-7 to n2, 9 to n3".
+func describeMoves(moves []store.Handoff) string {
+	byNode := map[string][]int{}
+	for _, m := range moves {
+		byNode[m.ToNode] = append(byNode[m.ToNode], m.Bucket)
+	}
+	return describeStandby(invert(byNode))
+}
+
+func invert(byNode map[string][]int) map[int]string {
+	out := map[int]string{}
+	for node, bs := range byNode {
+		for _, b := range bs {
+			out[b] = node
+		}
+	}
+	return out
+}
+
+// callOff ends the hand-off of bucket b, if one is under way and the bucket
+// not yet given: the node serves it again.
 func (hs *handoffs) callOff(b int) {
 	hs.mu.Lock()
-	h := hs.byBucket[b]
-	hs.mu.Unlock()
-	if h != nil {
-		h.cancel()
+	if h := hs.byBucket[b]; h != nil {
+		h.calledOff = true
 	}
+	hs.mu.Unlock()
+	hs.loop.poke()
 }
 
 // underWay returns the successor's node id of each hand-off under way, by
@@ -150,150 +181,225 @@ func (hs *handoffs) underWay() map[int]string {
 	defer hs.mu.Unlock()
 	out := make(map[int]string, len(hs.byBucket))
 	for b, h := range hs.byBucket {
-		_, out[b] = h.target()
+		out[b] = h.toNode
 	}
 	return out
 }
 
-// wait waits until every hand-off under way has ended, or ctx ends; it
-// reports whether they all ended.
+// wait waits until no hand-off is under way, or ctx ends; it reports
+// whether none is.
 func (hs *handoffs) wait(ctx context.Context) bool {
-	done := make(chan struct{})
-	go func() {
-		hs.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// stop calls every hand-off under way off and waits for them to end.
-func (hs *handoffs) stop() {
-	hs.mu.Lock()
-	for _, h := range hs.byBucket {
-		h.cancel()
-	}
-	hs.mu.Unlock()
-	hs.wg.Wait()
-}
-
-// run carries one hand-off through and returns its outcome.
-func (hs *handoffs) run(ctx context.Context, h *handoff) string {
-	n := hs.n
-	_, toNode := h.target()
-	fields := []zap.Field{zap.Int("bucket", h.bucket), zap.Int64("epoch", h.epoch), zap.String("to", toNode)}
-	n.log.Debug("handing a bucket over: no more claims there; waiting for its running tasks",
-		append(fields, zap.Duration("timeout", n.cfg.HandoffTimeout))...)
-	hs.mark(ctx, h)
-
-	// A claim pass that read the held buckets before the bucket was given
-	// registers what it claimed there before it lets go of claimMu: once
-	// this hold is had, every attempt of the bucket is registered.
-	n.holdClaims().release()
-
-	expired := make(chan struct{})
-	timer := n.cfg.Clock.AfterFunc(n.cfg.HandoffTimeout, func() { close(expired) })
-	defer timer.Stop()
 	for {
-		left, changed := n.attempts.inBucket(h.bucket)
+		hs.mu.Lock()
+		left, changed := len(hs.byBucket), hs.changed
+		hs.mu.Unlock()
 		if left == 0 {
-			break
+			return true
 		}
 		select {
 		case <-changed:
-		case <-expired:
-			expired = nil
-			cancelled := n.attempts.cancelBucket(h.bucket, ErrHandingOff)
-			ids := make([]int64, len(cancelled))
-			for i, a := range cancelled {
-				ids[i] = a.ref.ID
-			}
-			sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-			n.log.Warn("hand-off timeout passed: cancelled the handlers still running in the bucket; "+
-				"their tasks are released for the next holder", append(fields, zap.Int64s("tasks", ids))...)
 		case <-ctx.Done():
-			return hs.calledOff(h, fields)
-		case <-h.leaseCtx.Done():
-			n.log.Warn("bucket lease lost during its hand-off", fields...)
-			return HandoffLost
+			return false
 		}
 	}
-	return hs.give(ctx, h, fields)
 }
 
-// give hands the lease over, trying again while the database does not
-// answer, until the lease is lost or the hand-off called off.
-func (hs *handoffs) give(ctx context.Context, h *handoff, fields []zap.Field) string {
+// callOffAll calls every hand-off under way off.
+func (hs *handoffs) callOffAll() {
+	hs.mu.Lock()
+	for _, h := range hs.byBucket {
+		h.calledOff = true
+	}
+	hs.mu.Unlock()
+	hs.loop.poke()
+}
+
+// run is the loop: it ends the hand-offs called off or lost, cancels the
+// handlers of those past their deadline, and gives the buckets whose
+// attempts are settled, until ctx ends.
+func (hs *handoffs) run(ctx context.Context) {
 	n := hs.n
-	for {
-		to, toNode := h.target()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
-		handed, err := n.store.HandOff(sctx, n.incarnation, []store.Handoff{
-			{Bucket: h.bucket, Epoch: h.epoch, To: to, ToNode: toNode},
-		}, n.cfg.BucketLeaseTTL)
-		cancel()
-		switch {
-		case err == nil && len(handed) == 1:
-			n.keeper.handedOff(h.bucket, h.epoch)
-			n.log.Info("bucket handed over", append(fields[:2:2], zap.String("to", toNode),
-				zap.Int64("new_epoch", handed[0].Epoch),
-				zap.Duration("took", n.cfg.Clock.Now().Sub(h.started)))...)
-			return HandoffDone
-		case err == nil:
-			// The lease had moved on: this node no longer holds it.
-			n.log.Warn("bucket not handed over: this node no longer holds it", fields...)
-			n.keeper.handedOff(h.bucket, h.epoch)
-			return HandoffLost
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		n.log.Warn("handing a bucket over failed; will retry while the lease lasts", append(fields, zap.Error(err))...)
+	}()
+	for {
+		_, _, changed := n.attempts.counts()
+		next, retry := hs.pass(ctx)
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		wait := time.Duration(0)
+		switch {
+		case retry:
+			wait = max(n.cfg.BucketLeaseHeartbeat/4, 10*time.Millisecond)
+		case !next.IsZero():
+			wait = max(next.Sub(n.cfg.Clock.Now()), 0)
+		}
+		if wait > 0 {
+			timer = n.cfg.Clock.AfterFunc(wait, hs.loop.poke)
+		}
 		select {
 		case <-ctx.Done():
-			return hs.calledOff(h, fields)
-		case <-h.leaseCtx.Done():
-			return HandoffLost
-		case <-sleepDone(ctx, n, n.cfg.BucketLeaseHeartbeat/4):
+			return
+		case <-hs.loop.wake:
+		case <-changed:
 		}
 	}
 }
 
-// sleepDone is closed once d has passed on the node's clock.
-func sleepDone(ctx context.Context, n *Node, d time.Duration) <-chan struct{} {
-	done := make(chan struct{})
-	t := n.cfg.Clock.AfterFunc(d, func() { close(done) })
-	context.AfterFunc(ctx, func() { t.Stop() })
-	return done
+// pass does what can be done now. It returns the earliest deadline still
+// ahead, and whether a hand-off statement failed and must be tried again.
+func (hs *handoffs) pass(ctx context.Context) (next time.Time, retry bool) {
+	n := hs.n
+	now := n.cfg.Clock.Now()
+	var (
+		ready, off []*handoff
+		cancelled  []int
+	)
+	hs.mu.Lock()
+	for _, h := range hs.byBucket {
+		switch {
+		case h.leaseCtx.Err() != nil:
+			hs.endLocked(h, HandoffLost)
+			n.log.Warn("bucket lease lost during its hand-off", zap.Int("bucket", h.bucket), zap.Int64("epoch", h.epoch))
+			continue
+		case h.calledOff:
+			off = append(off, h)
+			continue
+		}
+		if left, _ := n.attempts.inBucket(h.bucket); left == 0 {
+			ready = append(ready, h)
+			continue
+		}
+		if !now.Before(h.deadline) {
+			if !h.cancelled {
+				h.cancelled = true
+				for _, a := range n.attempts.cancelBucket(h.bucket, ErrHandingOff) {
+					cancelled = append(cancelled, int(a.ref.ID))
+				}
+			}
+			continue
+		}
+		if next.IsZero() || h.deadline.Before(next) {
+			next = h.deadline
+		}
+	}
+	hs.mu.Unlock()
+	if len(cancelled) > 0 {
+		sort.Ints(cancelled)
+		n.log.Warn("hand-off timeout passed: cancelled the handlers still running in the buckets handed over; "+
+			"their tasks are released for the next holder", zap.Ints("tasks", cancelled))
+	}
+	hs.keep(ctx, off)
+	if len(ready) > 0 && !hs.give(ctx, ready) {
+		retry = true
+	}
+	return next, retry
 }
 
-// calledOff serves the bucket again and clears its mark.
-func (hs *handoffs) calledOff(h *handoff, fields []zap.Field) string {
+// give hands the ready buckets over in one statement. It reports false
+// when the statement failed: they are tried again.
+func (hs *handoffs) give(ctx context.Context, ready []*handoff) bool {
 	n := hs.n
-	n.keeper.keep(h.bucket)
-	ctx, cancel := context.WithTimeout(context.Background(), n.stmtTimeout)
-	defer cancel()
-	if _, err := n.store.MarkHandoff(ctx, n.incarnation, []store.Handoff{{Bucket: h.bucket, Epoch: h.epoch}}); err != nil {
-		n.log.Warn("clearing a called-off hand-off's mark failed; it ends with the lease's epoch", zap.Error(err))
+	moves := make([]store.Handoff, len(ready))
+	for i, h := range ready {
+		moves[i] = store.Handoff{Bucket: h.bucket, Epoch: h.epoch, To: h.to, ToNode: h.toNode}
 	}
-	n.log.Info("bucket hand-off called off: serving the bucket again", fields...)
+	var handed []store.BucketLease
+	ok := hs.write(ctx, "handing buckets over", func(ctx context.Context) error {
+		var err error
+		handed, err = n.store.HandOff(ctx, n.incarnation, moves, n.cfg.BucketLeaseTTL)
+		return err
+	})
+	if !ok {
+		return false
+	}
+	epochs := map[int]int64{}
+	for _, l := range handed {
+		epochs[l.Bucket] = l.Epoch
+	}
+	var done, gone []int
+	hs.mu.Lock()
+	for _, h := range ready {
+		// Handed, or not held any more: either way this node no longer
+		// holds the bucket.
+		n.keeper.handedOff(h.bucket, h.epoch)
+		if _, ok := epochs[h.bucket]; ok {
+			hs.endLocked(h, HandoffDone)
+			done = append(done, h.bucket)
+		} else {
+			hs.endLocked(h, HandoffLost)
+			gone = append(gone, h.bucket)
+		}
+	}
+	hs.mu.Unlock()
+	if len(done) > 0 {
+		handedMoves := make([]store.Handoff, 0, len(done))
+		for _, m := range moves {
+			if _, ok := epochs[m.Bucket]; ok {
+				handedMoves = append(handedMoves, m)
+			}
+		}
+		n.log.Info("buckets handed over under their next epoch", zap.String("buckets", describeMoves(handedMoves)))
+	}
+	if len(gone) > 0 {
+		n.log.Warn("buckets not handed over: this node no longer held them", zap.String("buckets", bucket.Of(gone...).String()))
+	}
+	return true
+}
+
+// keep serves the buckets of hand-offs called off again, and clears their
+// marks.
+func (hs *handoffs) keep(ctx context.Context, off []*handoff) {
+	if len(off) == 0 {
+		return
+	}
+	n := hs.n
+	clear := make([]store.Handoff, len(off))
+	bs := make([]int, len(off))
+	hs.mu.Lock()
+	for i, h := range off {
+		n.keeper.keep(h.bucket)
+		hs.endLocked(h, HandoffCalledOff)
+		clear[i] = store.Handoff{Bucket: h.bucket, Epoch: h.epoch}
+		bs[i] = h.bucket
+	}
+	hs.mu.Unlock()
+	n.log.Info("bucket hand-offs called off: serving the buckets again", zap.String("buckets", bucket.Of(bs...).String()))
 	n.claimLoop.poke()
 	n.scheduleLoop.poke()
-	return HandoffCalledOff
+	// A mark left behind ends with the lease's epoch; clearing it only
+	// tells the fleet sooner.
+	hs.write(ctx, "clearing called-off hand-offs", func(ctx context.Context) error {
+		_, err := n.store.MarkHandoff(ctx, n.incarnation, clear)
+		return err
+	})
 }
 
-// mark records the hand-off's successor in the store, for the fleet's
-// view; a failure only delays what the others learn.
-func (hs *handoffs) mark(ctx context.Context, h *handoff) {
-	n := hs.n
-	to, toNode := h.target()
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
-	defer cancel()
-	if _, err := n.store.MarkHandoff(mctx, n.incarnation, []store.Handoff{
-		{Bucket: h.bucket, Epoch: h.epoch, To: to, ToNode: toNode},
-	}); err != nil {
-		n.log.Warn("recording a bucket's hand-off failed; handing it over all the same",
-			zap.Int("bucket", h.bucket), zap.Error(err))
+// endLocked ends h with outcome; hs.mu must be held.
+func (hs *handoffs) endLocked(h *handoff, outcome string) {
+	delete(hs.byBucket, h.bucket)
+	close(hs.changed)
+	hs.changed = make(chan struct{})
+	if m, ok := hs.n.metrics.(HandoffMetrics); ok {
+		m.HandoffEnded(outcome, hs.n.cfg.Clock.Now().Sub(h.started))
 	}
+}
+
+// write runs one hand-off statement, bounded by a heartbeat: it is no
+// renewal, and it must not outlast the next. It reports whether it
+// succeeded, and logs why not.
+func (hs *handoffs) write(ctx context.Context, what string, stmt func(context.Context) error) bool {
+	n := hs.n
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(n.cfg.BucketLeaseHeartbeat, n.stmtTimeout))
+	defer cancel()
+	if err := stmt(wctx); err != nil {
+		n.log.Warn(what+" failed; will try again while the leases last", zap.Error(err))
+		return false
+	}
+	return true
 }

@@ -439,6 +439,7 @@ func (n *Node) startLoops() {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.heartbeatLoop.wake, false, n.heartbeat)
 	}))
 	must(n.renewer.loop.start(ctx, n.renewer.run))
+	must(n.handoffs.loop.start(ctx, n.handoffs.run))
 	must(n.claimLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
@@ -526,6 +527,7 @@ func (n *Node) bucketsLost(bs []int) {
 	if n.limits != nil {
 		n.limits.bucketsLeft(bs)
 	}
+	n.handoffs.loop.poke() // a hand-off of a lost bucket ends
 }
 
 // isDraining reports whether Shutdown has begun.
