@@ -134,13 +134,16 @@ func (hs *handoffs) begin(ctx context.Context, moves []handoffMove) []int {
 		zap.String("buckets", describeMoves(marks)), zap.Duration("timeout", n.cfg.HandoffTimeout))
 	// A claim pass that read the held buckets before they were given
 	// registers what it claimed there before it lets go of claimMu: once
-	// this hold is had, every attempt of the buckets is registered.
+	// this hold is had, every attempt of the buckets is registered, and the
+	// loop may count them.
 	n.holdClaims().release()
+	hs.loop.poke()
+	// The marks tell the fleet; the hand-offs do not wait for them (a mark
+	// that comes after its hand-off changes nothing: its lease moved on).
 	hs.write(ctx, "recording the hand-offs", func(ctx context.Context) error {
 		_, err := n.store.MarkHandoff(ctx, n.incarnation, marks)
 		return err
 	})
-	hs.loop.poke()
 	return started
 }
 
