@@ -266,6 +266,11 @@ func (hs *handoffs) pass(ctx context.Context) (next time.Time, retry bool) {
 	hs.mu.Lock()
 	for _, h := range hs.byBucket {
 		switch {
+		case errors.Is(context.Cause(h.leaseCtx), errHandedOff):
+			// A renewal found it at its successor before the hand-off's
+			// own answer came (a statement whose answer was lost).
+			hs.endLocked(h, HandoffDone)
+			continue
 		case h.leaseCtx.Err() != nil:
 			hs.endLocked(h, HandoffLost)
 			n.log.Warn("bucket lease lost during its hand-off", zap.Int("bucket", h.bucket), zap.Int64("epoch", h.epoch))

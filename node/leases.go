@@ -105,7 +105,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	deadline := sent.Add(k.ttl - k.margin)
 
 	var acquired []store.HeldBucket
-	var lost []int
+	var lost, handed []int
 	waiting := map[int]string{}
 	k.mu.Lock()
 	for _, l := range leases {
@@ -125,11 +125,19 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 			k.held[l.Bucket] = newHeldLease(l.Epoch, deadline)
 		default:
 			if had {
-				// A definite answer: someone else holds it now.
-				cur.cancel(ErrBucketLost)
+				// A definite answer: someone else holds it now. A bucket
+				// this node was handing over is, but for a lapse in the
+				// middle, at its successor: the hand-off's own answer may
+				// come a moment after the announcement that woke this tick.
+				if k.giving[l.Bucket] {
+					cur.cancel(errHandedOff)
+					handed = append(handed, l.Bucket)
+				} else {
+					cur.cancel(ErrBucketLost)
+					lost = append(lost, l.Bucket)
+				}
 				delete(k.held, l.Bucket)
 				delete(k.giving, l.Bucket)
-				lost = append(lost, l.Bucket)
 			}
 			if l.Holder != "" {
 				waiting[l.Bucket] = l.Node
@@ -151,6 +159,9 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 			"stopped claiming there and cancelled the handlers of the old epoch",
 			zap.String("buckets", bucket.Of(lost...).String()))
 		k.tellLost(lost)
+	}
+	if len(handed) > 0 {
+		k.tellLost(handed)
 	}
 	if standbyChanged && len(waiting) > 0 {
 		k.log.Info("standing by for buckets held by live nodes", zap.String("waiting", describeStandby(waiting)))
