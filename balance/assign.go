@@ -100,8 +100,10 @@ type problem struct {
 	held []int32
 	ivs  []interval
 	load []int
-	// own counts, per node and interval, the movable buckets assigned.
-	own [][]int
+	// own counts, per node and interval, the movable buckets assigned;
+	// owned lists them per node, ascending.
+	own   [][]int
+	owned [][]int
 	// unplaced are the movable buckets nobody (eligible) holds, ascending.
 	unplaced []int
 }
@@ -120,7 +122,7 @@ func newProblem(in Input) *problem {
 	nodes = slices.CompactFunc(nodes, func(a, b Node) bool { return a.ID == b.ID })
 	p := &problem{
 		n: max(in.Buckets, 0), nodes: nodes,
-		load: make([]int, len(nodes)), own: make([][]int, len(nodes)),
+		load: make([]int, len(nodes)), own: make([][]int, len(nodes)), owned: make([][]int, len(nodes)),
 	}
 	p.fixed = make([]string, p.n)
 	p.owner = make([]int32, p.n)
@@ -201,12 +203,17 @@ func (p *problem) assign(b, i int) {
 	p.owner[b] = int32(i)
 	p.load[i]++
 	p.own[i][p.ivOf[b]]++
+	at, _ := slices.BinarySearch(p.owned[i], b)
+	p.owned[i] = slices.Insert(p.owned[i], at, b)
 }
 
 func (p *problem) move(b, to int) {
 	from := int(p.owner[b])
 	p.load[from]--
 	p.own[from][p.ivOf[b]]--
+	if at, found := slices.BinarySearch(p.owned[from], b); found {
+		p.owned[from] = slices.Delete(p.owned[from], at, at+1)
+	}
 	p.assign(b, to)
 }
 
@@ -361,35 +368,22 @@ func (p *problem) shift(path []step) {
 // highest, so that both nodes keep ranges as far as they can.
 func (p *problem) pick(s step, count int) []int {
 	iv := p.ivs[s.iv]
-	// dist[b] is the distance from b to the nearest bucket s.to holds.
+	from, to := p.owned[s.from], p.owned[s.to]
+	lo, _ := slices.BinarySearch(from, iv.lo)
+	hi, _ := slices.BinarySearch(from, iv.hi)
+	cands := slices.Clone(from[lo:hi])
+	// dist is the distance from b to the nearest bucket s.to holds.
 	const far = int(^uint(0) >> 1)
-	prev := -1
-	dist := make([]int, iv.hi-iv.lo)
-	for b := 0; b < p.n; b++ {
-		if int(p.owner[b]) == s.to {
-			prev = b
+	dist := func(b int) int {
+		at, _ := slices.BinarySearch(to, b)
+		d := far
+		if at < len(to) {
+			d = to[at] - b
 		}
-		if b >= iv.lo && b < iv.hi {
-			dist[b-iv.lo] = far
-			if prev >= 0 {
-				dist[b-iv.lo] = b - prev
-			}
+		if at > 0 {
+			d = min(d, b-to[at-1])
 		}
-	}
-	next := -1
-	for b := p.n - 1; b >= iv.lo; b-- {
-		if int(p.owner[b]) == s.to {
-			next = b
-		}
-		if b < iv.hi && next >= 0 {
-			dist[b-iv.lo] = min(dist[b-iv.lo], next-b)
-		}
-	}
-	var cands []int
-	for b := iv.lo; b < iv.hi; b++ {
-		if int(p.owner[b]) == s.from {
-			cands = append(cands, b)
-		}
+		return d
 	}
 	cost := func(b int) int {
 		switch int(p.held[b]) {
@@ -400,16 +394,25 @@ func (p *problem) pick(s step, count int) []int {
 		}
 		return 0
 	}
-	slices.SortFunc(cands, func(a, b int) int {
-		if c := cmp.Compare(cost(a), cost(b)); c != 0 {
+	type cand struct{ b, cost, dist int }
+	cs := make([]cand, len(cands))
+	for i, b := range cands {
+		cs[i] = cand{b, cost(b), dist(b)}
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if c := cmp.Compare(a.cost, b.cost); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(dist[a-iv.lo], dist[b-iv.lo]); c != 0 {
+		if c := cmp.Compare(a.dist, b.dist); c != 0 {
 			return c
 		}
-		return cmp.Compare(b, a) // the higher first
+		return cmp.Compare(b.b, a.b) // the higher first
 	})
-	return cands[:min(count, len(cands))]
+	out := make([]int, 0, min(count, len(cs)))
+	for _, c := range cs[:min(count, len(cs))] {
+		out = append(out, c.b)
+	}
+	return out
 }
 
 func (p *problem) targets() []string {

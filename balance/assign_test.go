@@ -20,6 +20,8 @@ func all(ids ...string) []balance.Node {
 	return out
 }
 
+func allOf(buckets int) bucket.Set { return bucket.All(buckets) }
+
 func nodeIDs(n int) []string {
 	out := make([]string, n)
 	for i := range out {
