@@ -360,3 +360,48 @@ func TestTheHandOffCauseReleasesLikeAShutdown(t *testing.T) {
 		t.Errorf("a pausing task cancelled for a hand-off: %+v, want paused", tr)
 	}
 }
+
+// TestShutdownHandsOnABucketHandedToItAndNotTakenUp: a bucket handed to a
+// node that has not taken it up yet (it has not renewed since) goes on to
+// another node at its shutdown, rather than being released for nobody in
+// particular.
+func TestShutdownHandsOnABucketHandedToItAndNotTakenUp(t *testing.T) {
+	b := setup(t)
+	const bk = 9
+	// A holder from outside the fleet keeps bucket 9 while the nodes start.
+	outside, err := b.store.AcquireBuckets(b.ctx, store.AcquireRequest{Owner: "outside/1", Node: "outside",
+		Buckets: bucket.Of(bk), TTL: time.Hour})
+	if err != nil || !outside[0].Held {
+		t.Fatalf("the outside holder's lease: %v, %v", outside, err)
+	}
+	// Neither node hears a notification, and neither renews during the
+	// test: what the store holds is what their Start and Shutdown did.
+	quiet := func(id string) *Node {
+		cfg := b.config(t, id)
+		cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat = 3*time.Hour, time.Hour
+		h := b.store.Handle()
+		t.Cleanup(h.Close)
+		n := newNodeOn(t, quietStore{h}, cfg, map[string]Handler{"work": noop})
+		if err := n.Start(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	quiet("a")
+	c := quiet("c")
+	if _, err := b.store.HandOff(b.ctx, "outside/1", []store.Handoff{
+		{Bucket: bk, Epoch: outside[0].Epoch, To: c.Incarnation(), ToNode: "c"}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := c.keeper.Holds(bk); held {
+		t.Fatal("c took the bucket up: the test needs it not to have")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := b.lease(t, bk); l.Node != "a" || l.HandedBy != "c" {
+		t.Errorf("after c's shutdown bucket %d is %+v, want handed on by c to a", bk, l)
+	}
+}
