@@ -72,13 +72,7 @@ func (bl *balancer) plan(ctx context.Context) (balance.Assignment, map[string]st
 		n.log.Warn("reading the fleet to balance buckets failed; will retry at the next heartbeat", zap.Error(err))
 		return balance.Assignment{}, nil, false
 	}
-	a := balance.Assign(balance.FromStore(len(leases), nodes, leases))
-	incarnations := map[string]string{}
-	for _, nd := range nodes {
-		if nd.Alive && !nd.Leaving {
-			incarnations[nd.ID] = nd.Incarnation
-		}
-	}
+	a, incarnations := assign(nodes, leases)
 	bl.mu.Lock()
 	bl.assignment, bl.computed = a, true
 	var take []int
@@ -204,14 +198,20 @@ func (n *Node) shutdownPlan(ctx context.Context) (balance.Assignment, map[string
 			zap.Error(err))
 		return balance.Assignment{}, nil, nil, false
 	}
-	a := balance.Assign(balance.FromStore(len(leases), nodes, leases))
+	a, incarnations := assign(nodes, leases)
+	return a, incarnations, leases, true
+}
+
+// assign is the fleet's assignment, with the live incarnation of each node
+// it may name, for the hand-offs' successors.
+func assign(nodes []store.NodeInfo, leases []store.BucketLease) (balance.Assignment, map[string]string) {
 	incarnations := map[string]string{}
 	for _, nd := range nodes {
 		if nd.Alive && !nd.Leaving {
 			incarnations[nd.ID] = nd.Incarnation
 		}
 	}
-	return a, incarnations, leases, true
+	return balance.Assign(balance.FromStore(len(leases), nodes, leases)), incarnations
 }
 
 // handOnUntakenUp hands on, at once, the buckets other nodes handed to this

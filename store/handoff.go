@@ -1,6 +1,9 @@
 package store
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // CheckHandoffs refuses, with ErrInvalid, a batch no store could apply: a
 // bucket named twice, a negative bucket, and, for a hand-off (not a mark),
@@ -21,6 +24,17 @@ func CheckHandoffs(moves []Handoff, handOff bool) error {
 				i, m.Bucket, m.To, ErrInvalid)
 		}
 		seen[m.Bucket] = true
+	}
+	return nil
+}
+
+// CheckHandOff is CheckHandoffs for a hand-off, with its lease TTL.
+func CheckHandOff(moves []Handoff, ttl time.Duration) error {
+	if err := CheckHandoffs(moves, true); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("hand off buckets: lease TTL %v is not positive: %w", ttl, ErrInvalid)
 	}
 	return nil
 }

@@ -317,22 +317,34 @@ func bucketsCommand() *cli.Command {
 	}
 }
 
-// bucketsArg reads the BUCKETS argument of buckets move and unpin, checked
-// against the fleet's count once connected.
-func bucketsArg(c *cli.Context, command string) (bucket.Set, error) {
+// bucketsArg reads the BUCKETS argument of buckets move and unpin, and,
+// once check (the command's other input) passes, connects and checks it
+// against the fleet's count. The caller closes the client.
+func bucketsArg(c *cli.Context, command string, check func() error) (*flotilla.Client, bucket.Set, error) {
 	args, err := positional(c)
 	if err != nil {
-		return bucket.Set{}, err
+		return nil, bucket.Set{}, err
 	}
 	if len(args) != 1 {
-		return bucket.Set{}, invalid(fmt.Errorf("buckets %s takes one BUCKETS argument (e.g. 0-7,12), got %d arguments",
+		return nil, bucket.Set{}, invalid(fmt.Errorf("buckets %s takes one BUCKETS argument (e.g. 0-7,12), got %d arguments",
 			command, len(args)))
 	}
 	set, err := bucket.ParseSet(args[0], 0)
 	if err != nil {
-		return bucket.Set{}, invalid(fmt.Errorf("invalid BUCKETS: %w", err))
+		return nil, bucket.Set{}, invalid(fmt.Errorf("invalid BUCKETS: %w", err))
 	}
-	return set, nil
+	if err := check(); err != nil {
+		return nil, bucket.Set{}, err
+	}
+	client, err := connect(c)
+	if err != nil {
+		return nil, bucket.Set{}, err
+	}
+	if err := set.CheckRange(client.Policy().Count()); err != nil {
+		client.Close()
+		return nil, bucket.Set{}, invalid(fmt.Errorf("invalid BUCKETS for this fleet: %w", err))
+	}
+	return client, set, nil
 }
 
 func bucketsMoveCommand() *cli.Command {
@@ -349,21 +361,11 @@ func bucketsMoveCommand() *cli.Command {
 			jsonFlag,
 		),
 		Action: func(c *cli.Context) error {
-			set, err := bucketsArg(c, "move")
-			if err != nil {
-				return err
-			}
-			if err := checkNameFlag(c, "to", true); err != nil {
-				return err
-			}
-			client, err := connect(c)
+			client, set, err := bucketsArg(c, "move", func() error { return checkNameFlag(c, "to", true) })
 			if err != nil {
 				return err
 			}
 			defer client.Close()
-			if err := set.CheckRange(client.Policy().Count()); err != nil {
-				return invalid(fmt.Errorf("invalid BUCKETS for this fleet: %w", err))
-			}
 			to := c.String("to")
 			if err := client.MoveBuckets(c.Context, set, to); err != nil {
 				return err
@@ -385,18 +387,11 @@ func bucketsUnpinCommand() *cli.Command {
 		ArgsUsage: "BUCKETS",
 		Flags:     commonFlags(jsonFlag),
 		Action: func(c *cli.Context) error {
-			set, err := bucketsArg(c, "unpin")
-			if err != nil {
-				return err
-			}
-			client, err := connect(c)
+			client, set, err := bucketsArg(c, "unpin", func() error { return nil })
 			if err != nil {
 				return err
 			}
 			defer client.Close()
-			if err := set.CheckRange(client.Policy().Count()); err != nil {
-				return invalid(fmt.Errorf("invalid BUCKETS for this fleet: %w", err))
-			}
 			if err := client.UnpinBuckets(c.Context, set); err != nil {
 				return err
 			}

@@ -127,33 +127,43 @@ func (s *Store) MarkHandoff(ctx context.Context, owner string, moves []store.Han
 	defer db.mu.Unlock()
 	now := db.now()
 	marked := []int{}
-	for _, m := range moves {
-		if m.Bucket >= len(db.leases) {
-			return nil, fmt.Errorf("%w: the fleet has no bucket %d", store.ErrInvalid, m.Bucket)
-		}
-		l := &db.leases[m.Bucket]
-		if !l.liveFor(owner, m.Epoch, now) {
-			continue
-		}
+	err = db.eachHeld(owner, moves, now, func(m store.Handoff, l *bucketLease) {
 		l.successor, l.successorNode, l.handedBy, l.handoffEpoch = m.To, m.ToNode, "", l.epoch
 		l.handoffAt = time.Time{}
 		if m.To != "" {
 			l.handoffAt = now
 		}
 		marked = append(marked, m.Bucket)
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.Sort(marked)
 	return marked, nil
 }
 
+// eachHeld calls fn with each move's lease that owner holds under the
+// epoch named, unexpired at now; a move of a bucket the fleet does not have
+// refuses the whole batch before anything changes.
+func (db *database) eachHeld(owner string, moves []store.Handoff, now time.Time, fn func(store.Handoff, *bucketLease)) error {
+	for _, m := range moves {
+		if m.Bucket >= len(db.leases) {
+			return fmt.Errorf("%w: the fleet has no bucket %d", store.ErrInvalid, m.Bucket)
+		}
+	}
+	for _, m := range moves {
+		if l := &db.leases[m.Bucket]; l.liveFor(owner, m.Epoch, now) {
+			fn(m, l)
+		}
+	}
+	return nil
+}
+
 // HandOff gives each bucket owner holds under the epoch named to its
 // successor, under the next epoch, and announces them.
 func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff, ttl time.Duration) ([]store.BucketLease, error) {
-	if err := store.CheckHandoffs(moves, true); err != nil {
+	if err := store.CheckHandOff(moves, ttl); err != nil {
 		return nil, err
-	}
-	if ttl <= 0 {
-		return nil, fmt.Errorf("%w: bucket lease TTL %v is not positive", store.ErrInvalid, ttl)
 	}
 	db, err := s.begin(ctx)
 	if err != nil {
@@ -162,18 +172,14 @@ func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff
 	defer db.mu.Unlock()
 	now := db.now()
 	handed := []store.BucketLease{}
-	for _, m := range moves {
-		if m.Bucket >= len(db.leases) {
-			return nil, fmt.Errorf("%w: the fleet has no bucket %d", store.ErrInvalid, m.Bucket)
-		}
-		l := &db.leases[m.Bucket]
-		if !l.liveFor(owner, m.Epoch, now) {
-			continue
-		}
+	err = db.eachHeld(owner, moves, now, func(m store.Handoff, l *bucketLease) {
 		next := l.newHolder(m.To, m.ToNode, dbTime(now.Add(ttl)))
 		next.handedBy, next.handoffEpoch = l.node, next.epoch
 		*l = next
 		handed = append(handed, db.view(m.Bucket, now))
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(handed, func(a, b store.BucketLease) int { return a.Bucket - b.Bucket })
 	if len(handed) > 0 {

@@ -323,11 +323,8 @@ FROM handed ORDER BY bucket`
 // HandOff gives each bucket owner holds under the epoch named to its
 // successor, under the next epoch.
 func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff, ttl time.Duration) ([]store.BucketLease, error) {
-	if err := store.CheckHandoffs(moves, true); err != nil {
+	if err := store.CheckHandOff(moves, ttl); err != nil {
 		return nil, err
-	}
-	if ttl <= 0 {
-		return nil, fmt.Errorf("hand off buckets: TTL %v is not positive: %w", ttl, store.ErrInvalid)
 	}
 	if len(moves) == 0 {
 		return []store.BucketLease{}, nil

@@ -182,14 +182,7 @@ func (s *Store) MarkHandoff(ctx context.Context, owner string, moves []store.Han
 	var marked []int
 	err := s.write(ctx, func(tx *wtx) error {
 		marked = []int{}
-		for _, m := range moves {
-			l, err := loadLease(tx, m.Bucket)
-			if err != nil {
-				return err
-			}
-			if !l.liveFor(owner, m.Epoch, tx.now) {
-				continue
-			}
+		return eachHeld(tx, owner, moves, func(m store.Handoff, _ leaseRow) error {
 			var succ, succNode, since any
 			if m.To != "" {
 				succ, succNode, since = m.To, m.ToNode, tx.now.UnixMicro()
@@ -199,8 +192,8 @@ func (s *Store) MarkHandoff(ctx context.Context, owner string, moves []store.Han
 				return wrap(err, "mark the hand-off of bucket %d", m.Bucket)
 			}
 			marked = append(marked, m.Bucket)
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, requireSchema(err)
@@ -211,11 +204,8 @@ func (s *Store) MarkHandoff(ctx context.Context, owner string, moves []store.Han
 // HandOff gives each bucket owner holds under the epoch named to its
 // successor, under the next epoch, and announces them.
 func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff, ttl time.Duration) ([]store.BucketLease, error) {
-	if err := store.CheckHandoffs(moves, true); err != nil {
+	if err := store.CheckHandOff(moves, ttl); err != nil {
 		return nil, err
-	}
-	if ttl <= 0 {
-		return nil, fmt.Errorf("%w: bucket lease TTL %v is not positive", store.ErrInvalid, ttl)
 	}
 	if err := s.checkBuckets(ctx, handoffBuckets(moves)); err != nil {
 		return nil, err
@@ -224,14 +214,7 @@ func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff
 	err := s.write(ctx, func(tx *wtx) error {
 		handed = []store.BucketLease{}
 		var bs []int
-		for _, m := range moves {
-			l, err := loadLease(tx, m.Bucket)
-			if err != nil {
-				return err
-			}
-			if !l.liveFor(owner, m.Epoch, tx.now) {
-				continue
-			}
+		err := eachHeld(tx, owner, moves, func(m store.Handoff, l leaseRow) error {
 			next := leaseRow{bucket: m.Bucket, owner: m.To, node: m.ToNode, epoch: l.epoch + 1,
 				expiresAt: dbTime(tx.now.Add(ttl)), handedBy: l.node, handoffEpoch: l.epoch + 1, pin: l.pin}
 			if _, err := tx.exec(`UPDATE flotilla_bucket_leases SET owner = ?, node = ?, epoch = ?, expires_at = ?,
@@ -243,6 +226,10 @@ func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff
 			}
 			handed = append(handed, next.view(tx.now))
 			bs = append(bs, m.Bucket)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		if len(bs) > 0 {
 			tx.notify(store.TopicBuckets, bucket.Of(bs...).String())
@@ -254,6 +241,24 @@ func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff
 	}
 	slices.SortFunc(handed, func(a, b store.BucketLease) int { return a.Bucket - b.Bucket })
 	return handed, nil
+}
+
+// eachHeld calls fn with each move's lease that owner holds under the
+// epoch named, unexpired by the writer's clock.
+func eachHeld(tx *wtx, owner string, moves []store.Handoff, fn func(store.Handoff, leaseRow) error) error {
+	for _, m := range moves {
+		l, err := loadLease(tx, m.Bucket)
+		if err != nil {
+			return err
+		}
+		if !l.liveFor(owner, m.Epoch, tx.now) {
+			continue
+		}
+		if err := fn(m, l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func handoffBuckets(moves []store.Handoff) bucket.Set {
