@@ -405,3 +405,26 @@ func TestShutdownHandsOnABucketHandedToItAndNotTakenUp(t *testing.T) {
 		t.Errorf("after c's shutdown bucket %d is %+v, want handed on by c to a", bk, l)
 	}
 }
+
+// TestAFreeBucketItsTargetDoesNotTakeIsTakenAfterAFewPasses: a bucket
+// nobody holds whose target never takes it (a node registered but taking no
+// lease) is taken, after freeGrace passes, by another node that declares it.
+func TestAFreeBucketItsTargetDoesNotTakeIsTakenAfterAFewPasses(t *testing.T) {
+	b := setup(t)
+	const bk = 9
+	if err := b.store.RegisterNode(b.ctx, store.NodeInfo{ID: "absent", Incarnation: "absent/1", Buckets: bucket.Of(bk),
+		Balance: true}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a := b.startNode(t, b.balancing(t, "a"), map[string]Handler{"work": noop})
+	if _, held := a.keeper.Holds(bk); held {
+		t.Fatal("a took bucket 9 at once although the assignment gives it to absent")
+	}
+	// It takes it once it has seen it free for freeGrace passes, and then
+	// hands it to its target, which it may not hold (the test's absent
+	// node takes nothing up).
+	eventually(t, "a takes bucket 9 and hands it to absent", func() bool {
+		l := b.lease(t, bk)
+		return l.Node == "absent" && l.HandedBy == "a"
+	})
+}
