@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,12 +16,17 @@ import (
 	"github.com/flotilla-dev/flotilla/store"
 )
 
-// freeGrace is how many balance passes in a row a free bucket this node
-// declares may wait for the node the assignment gives it to before this
-// node takes it anyway: a bucket never waits long for a node that does not
-// come (its view lags, or it is stuck), and balance moves it later if it
-// must.
+// freeGrace is how many heartbeats a free bucket this node declares may
+// wait for the node the assignment gives it to before this node takes it
+// anyway: a bucket never waits long for a node that does not come (its view
+// lags, or it is stuck), and balance moves it later if it must.
 const freeGrace = 3
+
+// fullEvery is how many heartbeats a balancing node may go without reading
+// the lease table when nothing it sees has changed: what it renews, the
+// node list, the notifications. Balance reads the table when they change;
+// this bounds what a change none of them shows (none should) waits.
+const fullEvery = 10
 
 // balancer runs after each bucket lease tick (DESIGN §6a). It reads the
 // fleet (its live nodes with their declarations, the leases with their
@@ -32,16 +40,25 @@ const freeGrace = 3
 type balancer struct {
 	n *Node
 
+	// dirty is set by a notification that leases changed (a hand-off, a
+	// release, a pin): the next pass reads the lease table.
+	dirty atomic.Bool
+
 	mu sync.Mutex
 	// assignment is the last one computed, for Share and the metrics.
 	assignment balance.Assignment
 	computed   bool
-	// free counts the passes in a row each declared bucket was seen free.
-	free map[int]int
+	// free is when each declared bucket was first seen free, in the
+	// passes that have seen it free since.
+	free map[int]time.Time
+	// nodes is a digest of the node list the last assignment was computed
+	// from, read, with the lease table, at lastRead.
+	nodes    uint64
+	lastRead time.Time
 }
 
 func newBalancer(n *Node) *balancer {
-	return &balancer{n: n, free: map[int]int{}}
+	return &balancer{n: n, free: map[int]time.Time{}}
 }
 
 // view reads the fleet as the assignment needs it.
@@ -64,26 +81,52 @@ func (bl *balancer) view(ctx context.Context) ([]store.NodeInfo, []store.BucketL
 
 // plan computes the assignment from the fleet as it is now and sets what
 // the keeper may take; it returns the assignment and the live nodes'
-// incarnations by id, or false when the fleet could not be read.
-func (bl *balancer) plan(ctx context.Context) (balance.Assignment, map[string]string, bool) {
+// incarnations by id. It reads the node list; the lease table (a row per
+// bucket) only when something may have moved: the node list changed, the
+// keeper's renewal saw a bucket change hands or one free, a notification
+// said leases changed, or fullEvery heartbeats passed (or always, with
+// force). ok is false when it read nothing new, or the fleet could not be
+// read: there is nothing to act on.
+func (bl *balancer) plan(ctx context.Context, force bool) (balance.Assignment, map[string]string, bool) {
 	n := bl.n
-	nodes, leases, err := bl.view(ctx)
+	ctx, cancel := context.WithTimeout(ctx, max(n.cfg.BucketLeaseHeartbeat, n.stmtTimeout))
+	defer cancel()
+	nodes, err := n.store.ListNodes(ctx)
 	if err != nil {
+		n.log.Warn("reading the fleet to balance buckets failed; will retry at the next heartbeat", zap.Error(err))
+		return balance.Assignment{}, nil, false
+	}
+	digest := nodesDigest(nodes)
+	moved, dirty := n.keeper.movedSince(), bl.dirty.Swap(false)
+	bl.mu.Lock()
+	stale := n.cfg.Clock.Now().Sub(bl.lastRead) >= fullEvery*n.cfg.BucketLeaseHeartbeat
+	same := digest == bl.nodes
+	bl.mu.Unlock()
+	if !force && same && !moved && !dirty && !stale {
+		return balance.Assignment{}, nil, false
+	}
+	leases, err := n.store.ListBuckets(ctx)
+	if err != nil {
+		bl.dirty.Store(true) // read it at the next pass
 		n.log.Warn("reading the fleet to balance buckets failed; will retry at the next heartbeat", zap.Error(err))
 		return balance.Assignment{}, nil, false
 	}
 	a, incarnations := assign(nodes, leases)
 	bl.mu.Lock()
 	bl.assignment, bl.computed = a, true
+	bl.nodes, bl.lastRead = digest, n.cfg.Clock.Now()
 	var take []int
 	seen := map[int]bool{}
+	now := n.cfg.Clock.Now()
 	for _, l := range leases {
 		if l.Holder != "" || !n.declared.Contains(l.Bucket) {
 			continue
 		}
 		seen[l.Bucket] = true
-		bl.free[l.Bucket]++
-		if a.Target(l.Bucket) == n.id || bl.free[l.Bucket] >= freeGrace {
+		if _, ok := bl.free[l.Bucket]; !ok {
+			bl.free[l.Bucket] = now
+		}
+		if a.Target(l.Bucket) == n.id || now.Sub(bl.free[l.Bucket]) >= freeGrace*n.cfg.BucketLeaseHeartbeat {
 			take = append(take, l.Bucket)
 		}
 	}
@@ -101,6 +144,15 @@ func (bl *balancer) plan(ctx context.Context) (balance.Assignment, map[string]st
 	return a, incarnations, true
 }
 
+// nodesDigest sums up what of the node list the assignment reads.
+func nodesDigest(nodes []store.NodeInfo) uint64 {
+	h := fnv.New64a()
+	for _, nd := range nodes {
+		fmt.Fprintf(h, "%s|%s|%t|%t|%t|%s\n", nd.ID, nd.Incarnation, nd.Alive, nd.Leaving, nd.Balance, nd.Buckets)
+	}
+	return h.Sum64()
+}
+
 // pass plans and acts on this node's buckets: a held bucket whose target is
 // another live node is handed to it; a bucket being handed over whose
 // target changed goes to the new target, or, when the target is this node
@@ -110,7 +162,7 @@ func (bl *balancer) pass(ctx context.Context) {
 	if n.isDraining() {
 		return // Shutdown hands the buckets on itself
 	}
-	a, incarnations, ok := bl.plan(ctx)
+	a, incarnations, ok := bl.plan(ctx, false)
 	if !ok {
 		return
 	}

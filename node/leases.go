@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"sync"
@@ -60,6 +62,11 @@ type leaseKeeper struct {
 	// (handoffs): it serves them no more (Held leaves them out) but renews
 	// their leases until they are handed over.
 	giving map[int]bool
+	// answered is a digest of the last answer (each declared bucket's
+	// holder and epoch); moved says it changed, or showed a bucket nobody
+	// holds, since the balancer last asked (movedSince).
+	answered uint64
+	moved    bool
 }
 
 type heldLease struct {
@@ -144,6 +151,9 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 			}
 		}
 	}
+	if d, free := digest(leases); d != k.answered || free {
+		k.answered, k.moved = d, true
+	}
 	standbyChanged := !sameStandby(k.standby, waiting)
 	k.standby = waiting
 	k.lastOK = sent
@@ -170,6 +180,30 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 		k.onAcquired(acquired)
 	}
 	return nil
+}
+
+// digest sums up an answer's holders and epochs, and reports whether a
+// bucket in it has no holder.
+func digest(leases []store.BucketLease) (d uint64, free bool) {
+	h := fnv.New64a()
+	var buf [8]byte
+	for _, l := range leases {
+		binary.LittleEndian.PutUint64(buf[:], uint64(l.Bucket)<<32^uint64(l.Epoch))
+		_, _ = h.Write(buf[:])
+		_, _ = h.Write([]byte(l.Holder))
+		free = free || l.Holder == ""
+	}
+	return h.Sum64(), free
+}
+
+// movedSince reports whether the holders of the declared buckets changed,
+// or one was free, at a renewal since the last call.
+func (k *leaseKeeper) movedSince() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	moved := k.moved
+	k.moved = false
+	return moved
 }
 
 // expire drops every lease whose local deadline has passed. It runs from a

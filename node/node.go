@@ -376,7 +376,7 @@ func (n *Node) start(ctx context.Context) error {
 	// A balancing node takes, of the free buckets it declares, only those
 	// the fleet's assignment gives it; the others are for the nodes already
 	// there, or handed to it by their holders.
-	n.balancer.plan(ctx)
+	n.balancer.plan(ctx, true)
 	if err := keeper.tick(ctx); err != nil {
 		// Leave nothing behind: a lease the statement may have taken after
 		// all, and the registration.

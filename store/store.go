@@ -121,6 +121,7 @@ type Store interface {
 	// buckets, or, with node empty, removes their pins. The nodes move a
 	// pinned bucket by hand-off (package balance); a pin to a node that is
 	// not live, or does not declare the bucket, waits until one does.
+	// Stores with notifications announce the buckets on TopicBuckets.
 	PinBuckets(ctx context.Context, buckets bucket.Set, node string) error
 
 	// Nodes
@@ -304,7 +305,8 @@ const (
 	// TopicCommands: a command was issued. Payload: a CommandNote, "<command
 	// id> <task owner> <task id> <claim_seq> <kind>".
 	TopicCommands Topic = "flotilla_commands"
-	// TopicBuckets: bucket leases were released. Payload: the buckets.
+	// TopicBuckets: bucket leases were released, handed over or pinned.
+	// Payload: the buckets.
 	TopicBuckets Topic = "flotilla_buckets"
 	// TopicSchedules: a schedule was created, changed or resumed, and its
 	// next tick may come sooner than its holder thinks. Payload: its bucket.

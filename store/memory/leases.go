@@ -192,7 +192,8 @@ func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff
 	return handed, nil
 }
 
-// PinBuckets records or removes an operator's pins.
+// PinBuckets records or removes an operator's pins, and announces them, so
+// that their holders move them at once.
 func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string) error {
 	db, err := s.begin(ctx)
 	if err != nil {
@@ -204,6 +205,9 @@ func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string)
 	}
 	for _, b := range buckets.Slice() {
 		db.leases[b].pin = node
+	}
+	if !buckets.Empty() {
+		db.publish(store.TopicBuckets, buckets.String())
 	}
 	return nil
 }

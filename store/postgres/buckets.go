@@ -372,13 +372,17 @@ func (s *Store) checkHandoffRange(ctx context.Context, moves []store.Handoff) er
 	return nil
 }
 
-const pinBucketsSQL = `
+// pinBucketsSQL sets or clears the pins and announces the buckets on
+// TopicBuckets, so that their holders move them at once.
+var pinBucketsSQL = `
 WITH locked AS (
     SELECT bucket FROM flotilla_bucket_leases WHERE bucket = ANY($1::int[]) ORDER BY bucket FOR UPDATE
-)
-UPDATE flotilla_bucket_leases l SET pinned_to = $2 FROM locked k WHERE l.bucket = k.bucket`
+), pinned AS (
+    UPDATE flotilla_bucket_leases l SET pinned_to = $2 FROM locked k WHERE l.bucket = k.bucket RETURNING l.bucket
+), ` + bucketSetNotifySQL("notified", string(store.TopicBuckets), "SELECT bucket FROM pinned") + `
+SELECT count(*) FROM notified`
 
-// PinBuckets records or removes an operator's pins.
+// PinBuckets records or removes an operator's pins, and announces them.
 func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string) error {
 	n, err := s.fleetSize(ctx)
 	if err != nil {

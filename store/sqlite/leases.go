@@ -269,7 +269,8 @@ func handoffBuckets(moves []store.Handoff) bucket.Set {
 	return bucket.Of(bs...)
 }
 
-// PinBuckets records or removes an operator's pins.
+// PinBuckets records or removes an operator's pins, and announces them, so
+// that their holders move them at once.
 func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string) error {
 	if err := s.checkBuckets(ctx, buckets); err != nil {
 		return err
@@ -281,6 +282,9 @@ func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string)
 	err := s.write(ctx, func(tx *wtx) error {
 		_, err := tx.exec(`UPDATE flotilla_bucket_leases SET pinned_to = ? WHERE bucket IN (SELECT value FROM json_each(?))`,
 			pin, intsJSON(buckets.Slice()))
+		if err == nil && !buckets.Empty() {
+			tx.notify(store.TopicBuckets, buckets.String())
+		}
 		return wrapIf(err, "pin buckets "+buckets.String())
 	})
 	return requireSchema(err)

@@ -124,6 +124,13 @@ func testNotifications(t *testing.T, h Harness) {
 	if ho := expect(store.TopicBuckets, "a hand-off"); ho.Payload != "4-5" {
 		t.Errorf("hand-off payload %q, want 4-5", ho.Payload)
 	}
+	// A pin moves its buckets at once.
+	if err := b.s.PinBuckets(b.ctx, bucket.Of(6, 7), "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if pin := expect(store.TopicBuckets, "a pin"); pin.Payload != "6-7" {
+		t.Errorf("pin payload %q, want 6-7", pin.Payload)
+	}
 
 	cancel()
 	select {
