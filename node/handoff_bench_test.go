@@ -279,7 +279,7 @@ func scaleOut(b *testing.B) (low, median float64) {
 			_, _ = f.admin.CreateTasks(ctx, tasks)
 		}
 	}()
-	time.Sleep(4 * time.Second) // the load reaches its steady state
+	time.Sleep(6 * time.Second) // the load reaches its steady state
 	joined := time.Now()
 	var nodes []*Node
 	for _, id := range []string{"n2", "n3", "n4"} {
