@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,9 @@ type balancer struct {
 	// dirty is set by a notification that leases changed (a hand-off, a
 	// release, a pin): the next pass reads the lease table.
 	dirty atomic.Bool
+	// reregister is set when Start could not register the node as
+	// balancing: the next pass tries again.
+	reregister atomic.Bool
 
 	mu sync.Mutex
 	// assignment is the last one computed, for Share and the metrics.
@@ -111,7 +115,7 @@ func (bl *balancer) plan(ctx context.Context, force bool) (balance.Assignment, m
 		n.log.Warn("reading the fleet to balance buckets failed; will retry at the next heartbeat", zap.Error(err))
 		return balance.Assignment{}, nil, false
 	}
-	a, incarnations := assign(nodes, leases)
+	a, incarnations := n.assign(nodes, leases)
 	bl.mu.Lock()
 	bl.assignment, bl.computed = a, true
 	bl.nodes, bl.lastRead = digest, n.cfg.Clock.Now()
@@ -161,6 +165,11 @@ func (bl *balancer) pass(ctx context.Context) {
 	n := bl.n
 	if n.isDraining() {
 		return // Shutdown hands the buckets on itself
+	}
+	if bl.reregister.Swap(false) {
+		if err := n.store.RegisterNode(ctx, n.registration(regServing), n.cfg.BucketLeaseTTL); err != nil {
+			bl.reregister.Store(true)
+		}
 	}
 	a, incarnations, ok := bl.plan(ctx, false)
 	if !ok {
@@ -250,15 +259,22 @@ func (n *Node) shutdownPlan(ctx context.Context) (balance.Assignment, map[string
 			zap.Error(err))
 		return balance.Assignment{}, nil, nil, false
 	}
-	a, incarnations := assign(nodes, leases)
+	a, incarnations := n.assign(nodes, leases)
 	return a, incarnations, leases, true
 }
 
 // assign is the fleet's assignment, with the live incarnation of each node
-// it may name, for the hand-offs' successors.
-func assign(nodes []store.NodeInfo, leases []store.BucketLease) (balance.Assignment, map[string]string) {
+// it may name, for the hand-offs' successors. This node counts as what it
+// is, balancing or not, even while it is registered as starting (the
+// others hand it nothing then, but it takes its part of the buckets nobody
+// holds).
+func (n *Node) assign(nodes []store.NodeInfo, leases []store.BucketLease) (balance.Assignment, map[string]string) {
 	incarnations := map[string]string{}
-	for _, nd := range nodes {
+	nodes = slices.Clone(nodes)
+	for i, nd := range nodes {
+		if nd.Incarnation == n.incarnation {
+			nodes[i].Balance = !n.cfg.NoBalance
+		}
 		if nd.Alive && !nd.Leaving {
 			incarnations[nd.ID] = nd.Incarnation
 		}
@@ -300,7 +316,7 @@ func (n *Node) handOnUntakenUp(ctx context.Context, a balance.Assignment, incarn
 func (n *Node) registerLeaving(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
 	defer cancel()
-	if err := n.store.RegisterNode(ctx, n.registration(true), n.cfg.BucketLeaseTTL); err != nil {
+	if err := n.store.RegisterNode(ctx, n.registration(regLeaving), n.cfg.BucketLeaseTTL); err != nil {
 		n.log.Warn("telling the fleet this node is leaving failed", zap.Error(err))
 	}
 }

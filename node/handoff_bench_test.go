@@ -30,6 +30,8 @@ const (
 	benchHeartbeat = time.Second
 )
 
+var benchLogger = zap.NewNop()
+
 // benchFleet is a fresh database and the nodes started on it.
 type benchFleet struct {
 	b      *testing.B
@@ -75,7 +77,7 @@ func (f *benchFleet) startStoppable(cfg Config, handlers map[string]Handler) (*N
 	if err != nil {
 		f.b.Fatal(err)
 	}
-	cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat, cfg.Logger = benchTTL, benchHeartbeat, zap.NewNop()
+	cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat, cfg.Logger = benchTTL, benchHeartbeat, benchLogger
 	n, err := New(s, cfg)
 	if err != nil {
 		f.b.Fatal(err)
@@ -280,11 +282,14 @@ func scaleOut(b *testing.B) (low, median float64) {
 		}
 	}()
 	time.Sleep(6 * time.Second) // the load reaches its steady state
+	// The three start together, as replicas of a scale-out do.
 	joined := time.Now()
-	var nodes []*Node
-	for _, id := range []string{"n2", "n3", "n4"} {
-		nodes = append(nodes, f.start(cfg(id), map[string]Handler{"work": work}))
+	nodes := make([]*Node, 3)
+	var starting sync.WaitGroup
+	for i, id := range []string{"n2", "n3", "n4"} {
+		starting.Go(func() { nodes[i] = f.start(cfg(id), map[string]Handler{"work": work}) })
 	}
+	starting.Wait()
 	f.within("four nodes hold 16 buckets each", func() bool {
 		if len(first.Held()) != 16 {
 			return false
@@ -305,7 +310,7 @@ func scaleOut(b *testing.B) (low, median float64) {
 	perSecond := make([]int, 12)
 	from := joined.Add(-2 * time.Second)
 	for _, at := range ends {
-		if s := int(at.Sub(from) / time.Second); s >= 0 && s < len(perSecond) {
+		if s := int(at.Sub(from) / time.Second); !at.Before(from) && s < len(perSecond) {
 			perSecond[s]++
 		}
 	}

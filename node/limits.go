@@ -100,6 +100,9 @@ type limiter struct {
 	closed  map[rateKey]bool
 	uses    []LimitUse
 	metrics LimitMetrics // nil when Config.Metrics does not follow limits
+	// onReady, when set, is told when a refresh has made the held buckets
+	// ready for a limited claim (the node wakes its claim loop).
+	onReady func()
 }
 
 // LimitUse is what one limit naming a kind the node serves uses on this
@@ -561,6 +564,11 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 		}
 	}
 	l.mu.Unlock()
+	if l.onReady != nil {
+		// A bucket just taken can be claimed in now, before the shares
+		// and the reasons are written.
+		l.onReady()
+	}
 
 	for _, lim := range fleet {
 		l.takeShare(ctx, lim, buckets)

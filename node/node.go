@@ -190,6 +190,7 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	if lm, ok := cfg.Metrics.(LimitMetrics); ok {
 		n.limits.metrics = lm
 	}
+	n.limits.onReady = n.claimLoop.poke
 	n.completer = newCompleter(n)
 	n.balancer = newBalancer(n)
 	n.handoffs = newHandoffs(n)
@@ -352,7 +353,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.mu.Lock()
 	n.kinds, n.declared = kinds, declared
 	n.mu.Unlock()
-	err = n.store.RegisterNode(ctx, n.registration(false), n.cfg.BucketLeaseTTL)
+	err = n.store.RegisterNode(ctx, n.registration(regStarting), n.cfg.BucketLeaseTTL)
 	if err != nil {
 		var alive *store.NodeAliveError
 		if errors.As(err, &alive) {
@@ -395,6 +396,14 @@ func (n *Node) start(ctx context.Context) error {
 	n.state = stateRunning
 	n.mu.Unlock()
 	n.startLoops()
+	if !n.cfg.NoBalance {
+		// Serving now: other nodes may hand it buckets.
+		if err := n.store.RegisterNode(ctx, n.registration(regServing), n.cfg.BucketLeaseTTL); err != nil {
+			n.log.Warn("registering as a balancing node failed; the node is handed nothing until it is",
+				zap.Error(err))
+			n.balancer.reregister.Store(true)
+		}
+	}
 
 	n.log.Info("node started",
 		zap.String("incarnation", n.incarnation),
@@ -488,12 +497,22 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 }
 
+// Registration states, for registration.
+const (
+	regStarting = iota // registered, not yet serving: handed nothing
+	regServing
+	regLeaving
+)
+
 // registration is what the node registers: its declaration, kinds and
-// version, whether it balances, and whether it is leaving.
-func (n *Node) registration(leaving bool) store.NodeInfo {
+// version, whether it balances and whether it is leaving. A node that is
+// still starting registers as one that does not balance, so that no node
+// hands it a bucket before its loops run, where it would wait unclaimed:
+// Start registers it as balancing once they do.
+func (n *Node) registration(state int) store.NodeInfo {
 	return store.NodeInfo{
 		ID: n.id, Incarnation: n.incarnation, Buckets: n.declared, Kinds: n.kinds, Version: n.cfg.Version,
-		Balance: !n.cfg.NoBalance, Leaving: leaving,
+		Balance: !n.cfg.NoBalance && state != regStarting, Leaving: state == regLeaving,
 	}
 }
 
