@@ -59,6 +59,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/balance"
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/node"
@@ -504,6 +505,18 @@ type BucketReport struct {
 	Queued    int      // claimable and due
 	Waiting   int      // scheduled or retrying, not yet due
 	Running   int      // running, stopping or pausing
+	// Target is the node the fleet's assignment gives the bucket to
+	// (package balance); "" when no node in particular.
+	Target string
+	// Successor is the node the holder is handing the bucket to while its
+	// tasks there finish, since HandoffSince; "" when no hand-off is under
+	// way. HandedBy is the node that handed it to its holder, until the
+	// holder takes it up.
+	Successor    string
+	HandoffSince time.Time
+	HandedBy     string
+	// Pin is the node an operator moved the bucket to (MoveBuckets).
+	Pin string
 }
 
 // Buckets reports every bucket of the fleet, ascending.
@@ -524,9 +537,11 @@ func (c *Client) Buckets(ctx context.Context) ([]BucketReport, error) {
 	for _, b := range backlog {
 		byBucket[b.Bucket] = b
 	}
+	targets := balance.Assign(balance.FromStore(len(leases), nodes, leases))
 	out := make([]BucketReport, len(leases))
 	for i, l := range leases {
-		r := BucketReport{Bucket: l.Bucket, Epoch: l.Epoch, Standby: []string{}}
+		r := BucketReport{Bucket: l.Bucket, Epoch: l.Epoch, Standby: []string{}, Target: targets.Target(l.Bucket),
+			Successor: l.Successor, HandoffSince: l.HandoffSince, HandedBy: l.HandedBy, Pin: l.Pin}
 		if l.Holder != "" {
 			r.Holder, r.ExpiresAt = l.Node, l.ExpiresAt
 		}

@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"iter"
 	"slices"
 	"sort"
 	"strconv"
@@ -123,6 +124,18 @@ func (s Set) Slice() []int {
 		}
 	}
 	return out
+}
+
+// Ranges yields the set's ranges in ascending order, each as its first and
+// last bucket (inclusive): a few pairs however many buckets the set holds.
+func (s Set) Ranges() iter.Seq2[int, int] {
+	return func(yield func(lo, hi int) bool) {
+		for _, r := range s.spans {
+			if !yield(r.lo, r.hi) {
+				return
+			}
+		}
+	}
 }
 
 // Max returns the largest bucket in the set, or -1 if the set is empty.

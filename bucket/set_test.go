@@ -435,3 +435,24 @@ func TestJSON(t *testing.T) {
 		t.Errorf("Unmarshal of a reversed range = %v, want ErrInvalidSet", err)
 	}
 }
+
+func TestRangesYieldsEachRangeInOrder(t *testing.T) {
+	set := bucket.Of(9, 0, 1, 2, 5, 7, 8)
+	var got [][2]int
+	for lo, hi := range set.Ranges() {
+		got = append(got, [2]int{lo, hi})
+	}
+	want := [][2]int{{0, 2}, {5, 5}, {7, 9}}
+	if !slices.Equal(got, want) {
+		t.Errorf("Ranges of %s = %v, want %v", set, got, want)
+	}
+	for range (bucket.Set{}).Ranges() {
+		t.Error("the empty set yielded a range")
+	}
+	for lo := range set.Ranges() {
+		if lo != 0 {
+			t.Errorf("stopping after the first range still yielded %d", lo)
+		}
+		break
+	}
+}

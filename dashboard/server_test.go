@@ -516,3 +516,43 @@ func TestRedactSecrets(t *testing.T) {
 		t.Errorf("no store: %v", err)
 	}
 }
+
+func TestTheFleetMapShowsMovesInProgress(t *testing.T) {
+	b := setup(t, "")
+	n := store.NodeInfo{ID: "n1", Incarnation: "n1/x", Buckets: bucket.Of(0, 1, 2)}
+	for _, r := range []store.NodeInfo{n, {ID: "n2", Incarnation: "n2/y", Buckets: bucket.Of(1, 2)}} {
+		if err := b.store.RegisterNode(b.ctx, r, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := b.store.AcquireBuckets(b.ctx, store.AcquireRequest{Owner: n.Incarnation, Node: n.ID, Buckets: n.Buckets, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.MarkHandoff(b.ctx, n.Incarnation, []store.Handoff{
+		{Bucket: 1, Epoch: held[1].Epoch, To: "n2/y", ToNode: "n2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.HandOff(b.ctx, n.Incarnation, []store.Handoff{
+		{Bucket: 2, Epoch: held[2].Epoch, To: "n2/y", ToNode: "n2"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, page, _ := b.get("/fleet")
+	cell := regexp.MustCompile(`class="b ([\w ]+)" href="/tasks\?bucket=(\d+)" data-bucket="\d+" data-holder="\w*"( data-successor="(\w+)")? title="([^"]*)"`)
+	got := map[string][]string{}
+	for _, m := range cell.FindAllStringSubmatch(page, -1) {
+		got[m[2]] = m[1:]
+	}
+	if c := got["0"]; c == nil || strings.Contains(c[0], "moving") {
+		t.Errorf("bucket 0, not moving, is drawn %q", c)
+	}
+	if c := got["1"]; c == nil || !strings.Contains(c[0], "moving") || c[3] != "n2" || !strings.Contains(c[4], "moving to n2 since") {
+		t.Errorf("bucket 1, being handed to n2, is drawn %q", c)
+	}
+	if c := got["2"]; c == nil || c[0] != "h1 moving" || !strings.Contains(c[4], "handed over by n1") {
+		t.Errorf("bucket 2, handed to n2 and not taken up, is drawn %q", c)
+	}
+	if !strings.Contains(page, `<span id="moving">2</span> moving`) {
+		t.Errorf("the summary does not count 2 moving:\n%s", page)
+	}
+}

@@ -18,6 +18,7 @@ type fleetView struct {
 	Buckets []bucketCell
 	Nodes   []nodeRow
 	Unheld  int
+	Moving  int // buckets in a hand-off
 	Queued  int
 	Waiting int
 	Running int
@@ -103,7 +104,8 @@ func (s *Server) readFleet(ctx context.Context) (fleetView, error) {
 	}
 	buckets := make([]flotilla.BucketReport, len(leases))
 	for i, l := range leases {
-		r := flotilla.BucketReport{Bucket: l.Bucket, Epoch: l.Epoch}
+		r := flotilla.BucketReport{Bucket: l.Bucket, Epoch: l.Epoch, Successor: l.Successor,
+			HandoffSince: l.HandoffSince, HandedBy: l.HandedBy, Pin: l.Pin}
 		if l.Holder != "" {
 			r.Holder, r.ExpiresAt = l.Node, l.ExpiresAt
 		}
@@ -133,6 +135,12 @@ func (s *Server) readFleet(ctx context.Context) (fleetView, error) {
 			held[b.Holder] = append(held[b.Holder], b.Bucket)
 		} else {
 			v.Unheld++
+		}
+		if b.Successor != "" || b.HandedBy != "" {
+			// A move in progress: its holder lets its tasks finish, or its
+			// successor has yet to take it up.
+			c.Class += " moving"
+			v.Moving++
 		}
 		if len(leases) <= gridMaxBuckets {
 			c.Title = bucketTitle(b) // a summarised map shows no cell
@@ -164,6 +172,15 @@ func bucketTitle(b flotilla.BucketReport) string {
 	} else {
 		fmt.Fprintf(&sb, "held by %s\nepoch %d\nlease until %s\n", b.Holder, b.Epoch,
 			b.ExpiresAt.UTC().Format("15:04:05.000Z"))
+	}
+	switch {
+	case b.Successor != "":
+		fmt.Fprintf(&sb, "moving to %s since %s\n", b.Successor, b.HandoffSince.UTC().Format("15:04:05.000Z"))
+	case b.HandedBy != "":
+		fmt.Fprintf(&sb, "handed over by %s\n", b.HandedBy)
+	}
+	if b.Pin != "" {
+		fmt.Fprintf(&sb, "pinned to %s\n", b.Pin)
 	}
 	if len(b.Standby) > 0 {
 		fmt.Fprintf(&sb, "standby: %s\n", strings.Join(b.Standby, ", "))

@@ -16,6 +16,10 @@ var (
 		"Buckets this node holds and serves now.", nil, nil)
 	descStandby = prometheus.NewDesc("flotilla_buckets_standby",
 		"Buckets this node declares that a live node holds: it waits to take them over.", nil, nil)
+	descShare = prometheus.NewDesc("flotilla_buckets_share",
+		"Buckets the fleet's balance gives this node: what it holds once the moves under way are done.", nil, nil)
+	descHandingOff = prometheus.NewDesc("flotilla_buckets_handing_off",
+		"Buckets this node is handing to other nodes now (no more claims there; their tasks finish).", nil, nil)
 	descActive = prometheus.NewDesc("flotilla_attempts_active",
 		"Attempts this node runs now (handlers running, or outcomes waiting to be written), by kind.",
 		[]string{"kind"}, nil)
@@ -39,8 +43,8 @@ var (
 type gauges struct{ m *Metrics }
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descStandby, descActive, descReady, descTasks, descOldestDue,
-		descUnheld, descSampleAge} {
+	for _, d := range []*prometheus.Desc{descHeld, descStandby, descShare, descHandingOff, descActive, descReady,
+		descTasks, descOldestDue, descUnheld, descSampleAge} {
 		ch <- d
 	}
 }
@@ -52,6 +56,8 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	if n != nil {
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(len(n.Held())))
 		ch <- prometheus.MustNewConstMetric(descStandby, prometheus.GaugeValue, float64(n.Standby()))
+		ch <- prometheus.MustNewConstMetric(descShare, prometheus.GaugeValue, float64(n.Share()))
+		ch <- prometheus.MustNewConstMetric(descHandingOff, prometheus.GaugeValue, float64(len(n.Handoffs())))
 		for kind, c := range n.ActiveByKind() {
 			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(c), kind)
 		}

@@ -73,6 +73,8 @@ type Metrics struct {
 	pruneErrors     prometheus.Counter
 	handlers        *prometheus.GaugeVec
 	handlerDur      *prometheus.HistogramVec
+	handoffs        *prometheus.CounterVec
+	handoffDuration prometheus.Histogram
 
 	mu     sync.Mutex
 	node   *node.Node
@@ -93,8 +95,9 @@ type sample struct {
 }
 
 var (
-	_ node.Metrics      = (*Metrics)(nil)
-	_ node.LimitMetrics = (*Metrics)(nil)
+	_ node.Metrics        = (*Metrics)(nil)
+	_ node.LimitMetrics   = (*Metrics)(nil)
+	_ node.HandoffMetrics = (*Metrics)(nil)
 )
 
 // New makes the collectors and registers them. Give the result to
@@ -178,6 +181,12 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		Help: "This node's share of a fleet-wide limit, by limit."}, []string{"limit"})
 	m.limitClosures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "limit_closures_total",
 		Help: "Times a limit closed a limit key that was open at the refresh before, by limit."}, []string{"limit"})
+	m.handoffs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "bucket_handoffs_total",
+		Help: "Hand-offs of this node's buckets to other nodes that ended, by outcome: handed, called_off " +
+			"(balance kept the bucket here after all), lost (the lease was lost first)."}, []string{"outcome"})
+	m.handoffDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "bucket_handoff_seconds",
+		Help: "Time from the start of a bucket's hand-off (no more claims there) to its end, for every outcome: " +
+			"mostly the wait for the tasks running there.", Buckets: stmt})
 	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tasks_pruned_total",
 		Help: "Finished tasks removed by retention, by final state."}, []string{"status"})
 	m.pruneErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "prune_errors_total",
@@ -198,7 +207,7 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 		reg.Register(m.renewalFailures), reg.Register(m.taskLeasesLost), reg.Register(m.taskLeasesBusy),
 		reg.Register(m.commandLatency), reg.Register(m.firingLag), reg.Register(m.fired),
 		reg.Register(m.missedTicks), reg.Register(m.sampleErrors), reg.Register(gauges{m}),
-		reg.Register(m.pruned), reg.Register(m.pruneErrors),
+		reg.Register(m.pruned), reg.Register(m.pruneErrors), reg.Register(m.handoffs), reg.Register(m.handoffDuration),
 	)
 	if err != nil {
 		return nil, err
@@ -215,6 +224,9 @@ func New(s store.Store, opts Options) (*Metrics, error) {
 	}
 	for _, cause := range []string{"taken", "expired"} {
 		m.losses.WithLabelValues(cause)
+	}
+	for _, outcome := range []string{node.HandoffDone, node.HandoffCalledOff, node.HandoffLost} {
+		m.handoffs.WithLabelValues(outcome)
 	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return m, nil
@@ -293,6 +305,12 @@ func (m *Metrics) BucketLeasesTicked(acquired, lost int, err error) {
 	}
 	m.acquisitions.Add(float64(acquired))
 	m.losses.WithLabelValues("taken").Add(float64(lost))
+}
+
+// HandoffEnded implements node.HandoffMetrics.
+func (m *Metrics) HandoffEnded(outcome string, took time.Duration) {
+	m.handoffs.WithLabelValues(outcome).Inc()
+	m.handoffDuration.Observe(took.Seconds())
 }
 
 // BucketLeasesExpired implements node.Metrics.

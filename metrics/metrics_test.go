@@ -426,3 +426,48 @@ func TestLimitGaugesFollowTheRefreshes(t *testing.T) {
 		}
 	}
 }
+
+// TestHandOffsAndSharesAreExported: when a second node joins, the first
+// hands it half its buckets, and says so: hand-offs by outcome, their
+// duration, its share and what it holds.
+func TestHandOffsAndSharesAreExported(t *testing.T) {
+	b := setup(t)
+	fams := b.scrape(t)
+	if v, ok := value(fams, "flotilla_bucket_handoffs_total", "outcome", node.HandoffDone); !ok || v != 0 {
+		t.Errorf("hand-offs before any: %v (present %v), want 0", v, ok)
+	}
+	second, err := node.New(b.store, node.Config{
+		NodeID: "second", AllBuckets: true, BucketLeaseHeartbeat: 100 * time.Millisecond,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Shutdown(context.Background()) })
+	deadline := time.Now().Add(30 * time.Second)
+	for len(second.Held()) != numBuckets/2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second node holds %d buckets, want %d", len(second.Held()), numBuckets/2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fams = b.scrape(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"flotilla_bucket_handoffs_total", []string{"outcome", node.HandoffDone}, numBuckets / 2},
+		{"flotilla_bucket_handoff_seconds", nil, numBuckets / 2},
+		{"flotilla_buckets_held", nil, numBuckets / 2},
+		{"flotilla_buckets_share", nil, numBuckets / 2},
+		{"flotilla_buckets_handing_off", nil, 0},
+	} {
+		if v, ok := value(fams, c.name, c.labels...); !ok || v != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
+		}
+	}
+}

@@ -275,3 +275,34 @@ func (r *attempts) current(id int64) *attempt {
 	}
 	return best
 }
+
+// inBucket counts the attempts of bucket b registered (a handler running,
+// or an outcome waiting to be written), with a channel closed at the next
+// change.
+func (r *attempts) inBucket(b int) (int, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, a := range r.byRef {
+		if a.bucket == b {
+			n++
+		}
+	}
+	return n, r.changed
+}
+
+// cancelBucket cancels, with cause, the handlers of bucket b that have not
+// returned and were not given up, and returns their attempts.
+func (r *attempts) cancelBucket(b int, cause error) []*attempt {
+	var out []*attempt
+	for _, a := range r.all() {
+		if a.bucket != b {
+			continue
+		}
+		if done, abandoned := a.state(); !done && abandoned == nil {
+			a.cancel(cause)
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -62,6 +62,9 @@ const (
 	DefaultPruneInterval = time.Minute
 	// DefaultPruneBatch is the most tasks one prune statement removes.
 	DefaultPruneBatch = store.DefaultPruneBatch
+	// DefaultHandoffTimeout is how long a node handing a bucket to another
+	// lets the handlers it runs there finish.
+	DefaultHandoffTimeout = 30 * time.Second
 )
 
 // Config configures a Node. Build it with the zero values you do not care
@@ -173,6 +176,20 @@ type Config struct {
 	PruneInterval time.Duration
 	PruneBatch    int
 
+	// NoBalance opts the node out of balancing. By default a node shares
+	// the buckets it declares with the other balancing nodes that declare
+	// them: every node computes the same assignment (package balance), and
+	// a bucket moves from its holder to its target by a live hand-off. A
+	// node with NoBalance holds every bucket it declares that no live node
+	// holds, and is given, and gives away, only what an operator pins
+	// (`worker buckets move`), as nodes did before balancing.
+	NoBalance bool
+	// HandoffTimeout is how long a node handing a bucket to another (for
+	// balance, a pin, or at Shutdown) lets the handlers it runs there finish
+	// (DefaultHandoffTimeout); it then cancels them (ErrHandingOff), their
+	// tasks go back to queued, no attempt counted, and the bucket moves.
+	HandoffTimeout time.Duration
+
 	// Executor runs handlers (default GoroutineExecutor).
 	Executor Executor
 
@@ -252,6 +269,9 @@ func (c Config) withDefaults() Config {
 	if c.PruneBatch == 0 {
 		c.PruneBatch = DefaultPruneBatch
 	}
+	if c.HandoffTimeout == 0 {
+		c.HandoffTimeout = DefaultHandoffTimeout
+	}
 	if c.Executor == nil {
 		c.Executor = GoroutineExecutor{}
 	}
@@ -288,6 +308,7 @@ func (c Config) validate() error {
 		{"SchedulePoll", c.SchedulePoll},
 		{"ScheduleMisfire", c.ScheduleMisfire},
 		{"PruneInterval", c.PruneInterval},
+		{"HandoffTimeout", c.HandoffTimeout},
 	}
 	for _, p := range positive {
 		if p.value <= 0 {

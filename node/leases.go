@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +53,20 @@ type leaseKeeper struct {
 	standby map[int]string // bucket -> node holding it, while this node waits
 	timer   clock.Timer
 	lastOK  time.Time // when the last renewal that the database answered was sent
+	// take, when set, is what a balancing node may take among the free
+	// buckets it declares: those the assignment gives it (balancer). Nil
+	// takes every free bucket declared, as a node that does not balance
+	// does.
+	take *bucket.Set
+	// giving are the held buckets this node is handing to another node
+	// (handoffs): it serves them no more (Held leaves them out) but renews
+	// their leases until they are handed over.
+	giving map[int]bool
+	// answered is a digest of the last answer (each declared bucket's
+	// holder and epoch); moved says it changed, or showed a bucket nobody
+	// holds, since the balancer last asked (movedSince).
+	answered uint64
+	moved    bool
 }
 
 type heldLease struct {
@@ -85,7 +101,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(k.heartbeat/2, 100*time.Millisecond))
 	defer cancel()
 	leases, err := k.store.AcquireBuckets(ctx, store.AcquireRequest{
-		Owner: k.owner, Node: k.node, Buckets: k.declared, TTL: k.ttl,
+		Owner: k.owner, Node: k.node, Buckets: k.declared, TTL: k.ttl, Take: k.takeNow(),
 	})
 	if err != nil {
 		k.reportTo().BucketLeasesTicked(0, 0, err)
@@ -96,7 +112,7 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	deadline := sent.Add(k.ttl - k.margin)
 
 	var acquired []store.HeldBucket
-	var lost []int
+	var lost, handed []int
 	waiting := map[int]string{}
 	k.mu.Lock()
 	for _, l := range leases {
@@ -116,13 +132,27 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 			k.held[l.Bucket] = newHeldLease(l.Epoch, deadline)
 		default:
 			if had {
-				// A definite answer: someone else holds it now.
-				cur.cancel(ErrBucketLost)
+				// A definite answer: someone else holds it now. A bucket
+				// this node was handing over is, but for a lapse in the
+				// middle, at its successor: the hand-off's own answer may
+				// come a moment after the announcement that woke this tick.
+				if k.giving[l.Bucket] {
+					cur.cancel(errHandedOff)
+					handed = append(handed, l.Bucket)
+				} else {
+					cur.cancel(ErrBucketLost)
+					lost = append(lost, l.Bucket)
+				}
 				delete(k.held, l.Bucket)
-				lost = append(lost, l.Bucket)
+				delete(k.giving, l.Bucket)
 			}
-			waiting[l.Bucket] = l.Node
+			if l.Holder != "" {
+				waiting[l.Bucket] = l.Node
+			}
 		}
+	}
+	if d, free := digest(leases); d != k.answered || free {
+		k.answered, k.moved = d, true
 	}
 	standbyChanged := !sameStandby(k.standby, waiting)
 	k.standby = waiting
@@ -140,6 +170,9 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 			zap.String("buckets", bucket.Of(lost...).String()))
 		k.tellLost(lost)
 	}
+	if len(handed) > 0 {
+		k.tellLost(handed)
+	}
 	if standbyChanged && len(waiting) > 0 {
 		k.log.Info("standing by for buckets held by live nodes", zap.String("waiting", describeStandby(waiting)))
 	}
@@ -147,6 +180,30 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 		k.onAcquired(acquired)
 	}
 	return nil
+}
+
+// digest sums up an answer's holders and epochs, and reports whether a
+// bucket in it has no holder.
+func digest(leases []store.BucketLease) (d uint64, free bool) {
+	h := fnv.New64a()
+	var buf [8]byte
+	for _, l := range leases {
+		binary.LittleEndian.PutUint64(buf[:], uint64(l.Bucket)<<32^uint64(l.Epoch))
+		_, _ = h.Write(buf[:])
+		_, _ = h.Write([]byte(l.Holder))
+		free = free || l.Holder == ""
+	}
+	return h.Sum64(), free
+}
+
+// movedSince reports whether the holders of the declared buckets changed,
+// or one was free, at a renewal since the last call.
+func (k *leaseKeeper) movedSince() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	moved := k.moved
+	k.moved = false
+	return moved
 }
 
 // expire drops every lease whose local deadline has passed. It runs from a
@@ -160,6 +217,7 @@ func (k *leaseKeeper) expire() {
 		if !now.Before(h.deadline) {
 			h.cancel(ErrBucketLost)
 			delete(k.held, b)
+			delete(k.giving, b)
 			lost = append(lost, b)
 		}
 	}
@@ -197,20 +255,100 @@ func (k *leaseKeeper) armLocked() {
 	}
 }
 
-// Held returns the buckets this node may use now, with their epochs: held in
-// the database at the last answer, and within their local deadline.
+// Held returns the buckets this node serves now, with their epochs: held in
+// the database at the last answer, within their local deadline, and not
+// being handed to another node. Claims, schedules, rescues, limits and
+// retention work in these alone.
 func (k *leaseKeeper) Held() []store.HeldBucket {
+	return k.holding(false)
+}
+
+// holding is Held, with the buckets being handed over when giving is set.
+func (k *leaseKeeper) holding(giving bool) []store.HeldBucket {
 	now := k.clock.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := make([]store.HeldBucket, 0, len(k.held))
 	for b, h := range k.held {
-		if now.Before(h.deadline) {
+		if now.Before(h.deadline) && (giving || !k.giving[b]) {
 			out = append(out, store.HeldBucket{Bucket: b, Epoch: h.epoch})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
 	return out
+}
+
+// takeNow is the request's Take: what the balancer lets this node take,
+// and what it holds (whose expired leases it may take again), or nil when
+// the node takes every free bucket it declares.
+func (k *leaseKeeper) takeNow() *bucket.Set {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.take == nil {
+		return nil
+	}
+	bs := k.take.Slice()
+	for b := range k.held {
+		bs = append(bs, b)
+	}
+	set := bucket.Of(bs...)
+	return &set
+}
+
+// setTake sets what the node may take among the free buckets it declares;
+// it reports whether some of them are not held yet.
+func (k *leaseKeeper) setTake(take bucket.Set) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.take = &take
+	for _, b := range take.Slice() {
+		if _, ok := k.held[b]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// give stops serving bucket b, to hand it over: it reports the epoch it is
+// held under and the context of that lease, or false when it is not held.
+func (k *leaseKeeper) give(b int) (int64, context.Context, bool) {
+	now := k.clock.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.held[b]
+	if !ok || !now.Before(h.deadline) || k.giving[b] {
+		return 0, nil, false
+	}
+	if k.giving == nil {
+		k.giving = map[int]bool{}
+	}
+	k.giving[b] = true
+	return h.epoch, h.ctx, true
+}
+
+// keep serves bucket b again: its hand-off was called off.
+func (k *leaseKeeper) keep(b int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.giving, b)
+}
+
+// handedOff forgets bucket b, handed to another node under a new epoch; it
+// reports false when the lease was lost meanwhile (and forgotten then).
+func (k *leaseKeeper) handedOff(b int, epoch int64) bool {
+	k.mu.Lock()
+	h, ok := k.held[b]
+	if ok && h.epoch == epoch {
+		h.cancel(errHandedOff)
+		delete(k.held, b)
+		delete(k.giving, b)
+		k.armLocked()
+	}
+	k.mu.Unlock()
+	if ok && h.epoch == epoch {
+		k.tellLost([]int{b})
+	}
+	return ok && h.epoch == epoch
 }
 
 // Holds reports whether this node may use bucket b now, and under which epoch.
@@ -258,6 +396,7 @@ func (k *leaseKeeper) release(ctx context.Context, keep bucket.Set) {
 		}
 	}
 	k.held = map[int]heldLease{}
+	k.giving = map[int]bool{}
 	if k.timer != nil {
 		k.timer.Stop()
 		k.timer = nil

@@ -100,6 +100,9 @@ type limiter struct {
 	closed  map[rateKey]bool
 	uses    []LimitUse
 	metrics LimitMetrics // nil when Config.Metrics does not follow limits
+	// onReady, when set, is told when a refresh has made the held buckets
+	// ready for a limited claim (the node wakes its claim loop).
+	onReady func()
 }
 
 // LimitUse is what one limit naming a kind the node serves uses on this
@@ -561,6 +564,11 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 		}
 	}
 	l.mu.Unlock()
+	if l.onReady != nil {
+		// A bucket just taken can be claimed in now, before the shares
+		// and the reasons are written.
+		l.onReady()
+	}
 
 	for _, lim := range fleet {
 		l.takeShare(ctx, lim, buckets)
@@ -817,6 +825,19 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 	for _, h := range hs {
 		delete(l.ready, h.Bucket)
 		l.acquired[h.Bucket] = now
+	}
+}
+
+// bucketsLeft forgets what the limiter knew of buckets this node holds no
+// more: they take part in no limited claim, and one taken again is not
+// ready until a refresh has read its running rows under its new epoch, as
+// on any takeover.
+func (l *limiter) bucketsLeft(bs []int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range bs {
+		delete(l.ready, b)
+		delete(l.acquired, b)
 	}
 }
 

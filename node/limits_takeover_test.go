@@ -100,6 +100,7 @@ func TestLimitTakeoverCountsThePreviousHoldersRunningRows(t *testing.T) {
 	// or task) and re-reads no limit, so only the store decides its fate.
 	cfg1.BucketLeaseTTL = 2 * time.Hour
 	cfg1.TaskLeaseTTL = 2 * time.Hour
+	cfg1.NoBalance = true // n2 stands by for every bucket, then takes them all
 	old := newLedger()
 	oldGate := make(chan struct{})
 	n1 := newNodeOn(t, h1, cfg1, map[string]Handler{"fetch": old.handler(oldGate)})
@@ -138,6 +139,7 @@ func TestLimitTakeoverCountsThePreviousHoldersRunningRows(t *testing.T) {
 	cfg2.BucketLeaseTTL = 2 * time.Hour
 	cfg2.BucketLeaseHeartbeat = time.Hour
 	cfg2.ReconcileInterval = time.Hour // only the takeover and the test rescue
+	cfg2.NoBalance = true
 	fresh := newLedger()
 	freshGate := make(chan struct{})
 	n2 := newNodeOn(t, h2, cfg2, map[string]Handler{"fetch": fresh.handler(freshGate)})

@@ -12,9 +12,10 @@ import (
 // listen turns the store's notifications into pokes: new work in a held
 // bucket wakes the claim loop, a command for this node (or for a task that
 // nobody ran when it was issued) wakes the command loop, a schedule changed
-// in a held bucket wakes the schedule loop, and a released bucket this node declares but
-// does not hold wakes the lease loop, so a standby takes over at once
-// instead of at its next heartbeat. Notifications are hints; the loops poll
+// in a held bucket wakes the schedule loop, and a bucket this node declares
+// released, handed over or pinned wakes the lease loop, so that a standby
+// takes over, and a successor takes a bucket handed to it, at once instead
+// of at its next heartbeat. Notifications are hints; the loops poll
 // anyway, so one that is missed delays work and loses none.
 func (n *Node) listen(ctx context.Context, nt store.Notifier, sub store.Subscription) {
 	pause := n.cfg.PollInterval
@@ -89,7 +90,11 @@ func (n *Node) notified(note store.Notification) {
 			n.scheduleLoop.poke()
 		}
 	case store.TopicBuckets:
-		if whole || !buckets.Intersect(n.declared.Minus(n.keeper.heldSet())).Empty() {
+		// A release, a hand-off or a pin among the buckets this node
+		// declares: it may take one, hold one handed to it, or owe one to
+		// a pin, and the fleet's balance may have changed.
+		if whole || !buckets.Intersect(n.declared).Empty() {
+			n.balancer.dirty.Store(true)
 			n.leaseLoop.poke()
 		}
 	}

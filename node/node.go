@@ -141,12 +141,16 @@ type Node struct {
 	pruner    *pruner
 	renewer   *renewer
 	commander *commander
+	balancer  *balancer
+	handoffs  *handoffs
 
 	// claimPasses counts finished claim passes; tests wait on it to know
 	// that a pass has looked at the queue.
 	claimPasses atomic.Int64
 	// schedulePasses counts finished schedule passes, for the same reason.
 	schedulePasses atomic.Int64
+	// leasePasses counts finished bucket lease passes (tick and balance).
+	leasePasses atomic.Int64
 
 	shutdownErr error
 }
@@ -187,7 +191,10 @@ func New(s store.Store, cfg Config) (*Node, error) {
 	if lm, ok := cfg.Metrics.(LimitMetrics); ok {
 		n.limits.metrics = lm
 	}
+	n.limits.onReady = n.claimLoop.poke
 	n.completer = newCompleter(n)
+	n.balancer = newBalancer(n)
+	n.handoffs = newHandoffs(n)
 	n.rescuer = newRescuer(n)
 	n.pruner = newPruner(n)
 	n.commander = &commander{
@@ -357,9 +364,10 @@ func (n *Node) start(ctx context.Context) error {
 		n.log.Warn("no kinds registered: this node will hold its buckets but run nothing")
 	}
 
-	err = n.store.RegisterNode(ctx, store.NodeInfo{
-		ID: n.id, Incarnation: n.incarnation, Buckets: declared, Kinds: kinds, Version: n.cfg.Version,
-	}, n.cfg.BucketLeaseTTL)
+	n.mu.Lock()
+	n.kinds, n.declared = kinds, declared
+	n.mu.Unlock()
+	err = n.store.RegisterNode(ctx, n.registration(regStarting), n.cfg.BucketLeaseTTL)
 	if err != nil {
 		var alive *store.NodeAliveError
 		if errors.As(err, &alive) {
@@ -372,14 +380,18 @@ func (n *Node) start(ctx context.Context) error {
 		store: n.store, owner: n.incarnation, node: n.id, declared: declared,
 		ttl: n.cfg.BucketLeaseTTL, heartbeat: n.cfg.BucketLeaseHeartbeat,
 		margin: deadlineMargin(n.cfg.BucketLeaseTTL), clock: n.cfg.Clock, log: n.log,
-		onAcquired: n.bucketsAcquired, metrics: n.metrics,
-		held: map[int]heldLease{},
+		onAcquired: n.bucketsAcquired, onLost: n.bucketsLost, metrics: n.metrics,
+		held: map[int]heldLease{}, giving: map[int]bool{},
 	}
 	n.mu.Lock()
 	n.fleet, n.fleetOK = meta, true
-	n.kinds, n.declared, n.keeper = kinds, declared, keeper
+	n.keeper = keeper
 	n.mu.Unlock()
 
+	// A balancing node takes, of the free buckets it declares, only those
+	// the fleet's assignment gives it; the others are for the nodes already
+	// there, or handed to it by their holders.
+	n.balancer.plan(ctx, true)
 	if err := keeper.tick(ctx); err != nil {
 		// Leave nothing behind: a lease the statement may have taken after
 		// all, and the registration.
@@ -398,6 +410,14 @@ func (n *Node) start(ctx context.Context) error {
 	n.state = stateRunning
 	n.mu.Unlock()
 	n.startLoops()
+	if !n.cfg.NoBalance {
+		// Serving now: other nodes may hand it buckets.
+		if err := n.store.RegisterNode(ctx, n.registration(regServing), n.cfg.BucketLeaseTTL); err != nil {
+			n.log.Warn("registering as a balancing node failed; the node is handed nothing until it is",
+				zap.Error(err))
+			n.balancer.reregister.Store(true)
+		}
+	}
 
 	n.log.Info("node started",
 		zap.String("incarnation", n.incarnation),
@@ -432,13 +452,17 @@ func (n *Node) startLoops() {
 	// heartbeat later.
 	must(n.leaseLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.leaseLoop.wake, true, func(ctx context.Context) {
-			_ = n.keeper.tick(ctx) // the keeper logs a failure, and serves until its deadline
+			if n.keeper.tick(ctx) == nil { // the keeper logs a failure, and serves until its deadline
+				n.balancer.pass(ctx)
+			}
+			n.leasePasses.Add(1)
 		})
 	}))
 	must(n.heartbeatLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.heartbeatLoop.wake, false, n.heartbeat)
 	}))
 	must(n.renewer.loop.start(ctx, n.renewer.run))
+	must(n.handoffs.loop.start(ctx, n.handoffs.run))
 	must(n.claimLoop.start(ctx, func(ctx context.Context) {
 		every(ctx, c.Clock, c.PollInterval, n.claimLoop.wake, true, n.claimPass)
 	}))
@@ -487,6 +511,25 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 }
 
+// Registration states, for registration.
+const (
+	regStarting = iota // registered, not yet serving: handed nothing
+	regServing
+	regLeaving
+)
+
+// registration is what the node registers: its declaration, kinds and
+// version, whether it balances and whether it is leaving. A node that is
+// still starting registers as one that does not balance, so that no node
+// hands it a bucket before its loops run, where it would wait unclaimed:
+// Start registers it as balancing once they do.
+func (n *Node) registration(state int) store.NodeInfo {
+	return store.NodeInfo{
+		ID: n.id, Incarnation: n.incarnation, Buckets: n.declared, Kinds: n.kinds, Version: n.cfg.Version,
+		Balance: !n.cfg.NoBalance && state != regStarting, Leaving: state == regLeaving,
+	}
+}
+
 // stopRegistration marks the incarnation stopped, on its own short timeout
 // so that a cancelled caller cannot skip it.
 func (n *Node) stopRegistration(ctx context.Context) {
@@ -508,6 +551,16 @@ func (n *Node) bucketsAcquired(hs []store.HeldBucket) {
 	n.claimLoop.poke()
 	n.scheduleLoop.poke()
 	n.rescuer.loop.poke()
+}
+
+// bucketsLost is the keeper's news of buckets this node holds no more (lost,
+// expired or handed over): the limiter forgets what it knew of them, so that
+// a bucket taken again starts as on any takeover.
+func (n *Node) bucketsLost(bs []int) {
+	if n.limits != nil {
+		n.limits.bucketsLeft(bs)
+	}
+	n.handoffs.loop.poke() // a hand-off of a lost bucket ends
 }
 
 // isDraining reports whether Shutdown has begun.

@@ -113,12 +113,17 @@ func TestAStandbyTakesOverWhenTheHolderStopsRenewing(t *testing.T) {
 	// The holder runs another kind, so the tasks wait in its buckets; with
 	// an hour-long heartbeat it renews nothing during the test, like a
 	// process that froze.
+	// Neither balances: a node that does not stands by for what a live
+	// node holds, as every node did before balancing.
 	frozen := b.config(t, "holder", span(0, 31)...)
 	frozen.BucketLeaseTTL = 2 * time.Hour
+	frozen.NoBalance = true
 	b.startNode(t, frozen, map[string]Handler{"other": noop})
 
 	var ran atomic.Int64
-	standby := b.startNode(t, b.config(t, "standby", span(0, 31)...), map[string]Handler{
+	standbyCfg := b.config(t, "standby", span(0, 31)...)
+	standbyCfg.NoBalance = true
+	standby := b.startNode(t, standbyCfg, map[string]Handler{
 		"work": func(context.Context, *task.Task) error { ran.Add(1); return nil },
 	})
 	if held := standby.Held(); len(held) != 0 {

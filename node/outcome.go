@@ -18,8 +18,9 @@ import (
 //   - cancelled by a stop: stopped.
 //   - task.ErrPaused after a pause was requested: paused, with the
 //     progress the handler saved.
-//   - cancelled for a shutdown: released to queued; the attempt does not
-//     count. A task that was pausing is paused instead.
+//   - cancelled for a shutdown, or for the hand-off of its bucket: released
+//     to queued; the attempt does not count. A task that was pausing is
+//     paused instead.
 //   - cancelled by the task's timeout: retrying while attempts remain, else
 //     timed_out.
 //   - any other error, a panic included: retrying while attempts remain,
@@ -75,16 +76,16 @@ func (n *Node) decide(a *attempt, err, cause error) (tr store.ActiveTransition) 
 		}
 	case errors.Is(err, task.ErrPaused) && a.pauseRequested.Load():
 		tr.To, tr.Reason = task.Paused, "paused at a checkpoint"
-	case errors.Is(cause, ErrShuttingDown) && a.pauseRequested.Load():
+	case released(cause) && a.pauseRequested.Load():
 		// A pausing task cannot go back to queued: it was asked to pause,
 		// and it is paused, keeping the progress it saved.
-		tr.To, tr.Reason = task.Paused, "paused at shutdown before reaching a checkpoint"
-		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {
+		tr.To, tr.Reason = task.Paused, "paused at "+releaseOccasion(cause)+" before reaching a checkpoint"
+		if !errors.Is(err, cause) && !errors.Is(err, context.Canceled) {
 			tr.Error = err.Error()
 		}
-	case errors.Is(cause, ErrShuttingDown):
-		tr.To, tr.Reason = task.Queued, "released at shutdown"
-		if !errors.Is(err, ErrShuttingDown) && !errors.Is(err, context.Canceled) {
+	case released(cause):
+		tr.To, tr.Reason = task.Queued, "released at "+releaseOccasion(cause)
+		if !errors.Is(err, cause) && !errors.Is(err, context.Canceled) {
 			tr.Error = err.Error()
 		}
 	case errors.Is(cause, ErrTimeout):
@@ -106,6 +107,21 @@ func (n *Node) decide(a *attempt, err, cause error) (tr store.ActiveTransition) 
 		}
 	}
 	return tr
+}
+
+// released reports whether a handler cancelled with cause gives its task
+// back for another attempt, not counted: at shutdown, or at the hand-off of
+// its bucket.
+func released(cause error) bool {
+	return errors.Is(cause, ErrShuttingDown) || errors.Is(cause, ErrHandingOff)
+}
+
+// releaseOccasion names, for a task's trail, why its attempt was given back.
+func releaseOccasion(cause error) string {
+	if errors.Is(cause, ErrHandingOff) {
+		return "the hand-off of its bucket"
+	}
+	return "shutdown"
 }
 
 // backoff is the delay before the attempt after attempt number n.

@@ -113,8 +113,11 @@ func TestASecondNodeDoesNotFireWhileTheFirstHolds(t *testing.T) {
 	b := setup(t, withManualClock())
 	first := &firingStore{Store: b.store.Handle()}
 	second := &firingStore{Store: b.store.Handle()}
-	a := b.startOn(t, first, b.scheduleConfig(t, "a"))
-	standby := b.startOn(t, second, b.scheduleConfig(t, "b"))
+	// Neither balances, so that the second stands by for every bucket.
+	cfgA, cfgB := b.scheduleConfig(t, "a"), b.scheduleConfig(t, "b")
+	cfgA.NoBalance, cfgB.NoBalance = true, true
+	a := b.startOn(t, first, cfgA)
+	standby := b.startOn(t, second, cfgB)
 	if len(standby.Held()) != 0 {
 		t.Fatalf("the second node holds %v while the first lives", standby.Held())
 	}

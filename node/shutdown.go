@@ -13,7 +13,11 @@ import (
 
 // Shutdown leaves the fleet gracefully:
 //
-//  1. it stops claiming;
+//  1. it stops claiming, tells the fleet it is leaving, and starts handing
+//     each bucket it holds to the node that declares it and that the
+//     fleet's assignment without this node gives it to (handOffAtShutdown):
+//     a bucket moves as soon as its own tasks are settled, within
+//     HandoffTimeout;
 //  2. it lets running handlers finish for up to ShutdownTimeout, while
 //     their task leases and the bucket leases are still renewed;
 //  3. it cancels the handlers still running (cause ErrShuttingDown) and,
@@ -21,9 +25,10 @@ import (
 //     the attempt (a pending stop turns it into stopped instead);
 //     A pausing task whose handler returns without reaching a checkpoint
 //     is released to paused instead, its saved progress kept;
-//  4. it writes every outcome still queued, stops the loops, releases its
-//     bucket leases (announced, so a standby takes over at once) and marks
-//     the node stopped.
+//  4. it writes every outcome still queued, waits for the hand-offs
+//     (finishHandoffs), stops the loops, releases the bucket leases it still
+//     holds (announced, so a standby takes over at once) and marks the node
+//     stopped.
 //
 // ctx bounds the whole: when it ends (a forced exit), Shutdown cancels the
 // handlers still running, waits ForcedExitGrace for them to return, and
@@ -62,6 +67,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.limitLoop.stop()
 	n.shareLoop.stop()
 	n.listenLoop.stop()
+	n.handOffAtShutdown(ctx)
 
 	expired := make(chan struct{})
 	timer := n.cfg.Clock.AfterFunc(n.cfg.ShutdownTimeout, func() { close(expired) })
@@ -95,6 +101,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.commander.loop.stop()
 	n.claimLoop.stopWithin(ctx)
 	n.completer.loop.stop() // writes every outcome queued so far
+	n.finishHandoffs(ctx)
 	n.rescuer.loop.stop()
 	n.pruner.loop.stop()
 	n.renewer.loop.stop()

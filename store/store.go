@@ -98,6 +98,31 @@ type Store interface {
 	// ListBuckets returns every bucket of the fleet, ascending; an expired
 	// or released lease has an empty Holder.
 	ListBuckets(ctx context.Context) ([]BucketLease, error)
+	// MarkHandoff records, on each bucket that owner holds under the epoch
+	// named, unexpired, the node it is handing the bucket to (To, an
+	// incarnation, and ToNode) while it lets its tasks there finish; with
+	// To empty, that the hand-off is called off. Readers see the mark as
+	// BucketLease.Successor while the lease is live under that epoch. It
+	// returns the buckets marked, ascending; a bucket owner does not hold
+	// so is left alone.
+	MarkHandoff(ctx context.Context, owner string, moves []Handoff) ([]int, error)
+	// HandOff gives each bucket that owner holds under the epoch named,
+	// unexpired, to its successor, in one statement: the lease's owner
+	// becomes To (node ToNode), its epoch goes up by one and it expires ttl
+	// from the database's now, so that nobody else may take it meanwhile
+	// and every write of the old holder under its epoch is fenced. The
+	// successor's next AcquireBuckets finds it held and Acquired; until
+	// then readers see HandedBy. It returns the leases handed, ascending,
+	// with their new epochs; a bucket owner does not hold so is left
+	// alone. Stores with notifications announce the buckets on
+	// TopicBuckets.
+	HandOff(ctx context.Context, owner string, moves []Handoff, ttl time.Duration) ([]BucketLease, error)
+	// PinBuckets records an operator's wish that node (an id) hold the
+	// buckets, or, with node empty, removes their pins. The nodes move a
+	// pinned bucket by hand-off (package balance); a pin to a node that is
+	// not live, or does not declare the bucket, waits until one does.
+	// Stores with notifications announce the buckets on TopicBuckets.
+	PinBuckets(ctx context.Context, buckets bucket.Set, node string) error
 
 	// Nodes
 
@@ -310,7 +335,8 @@ const (
 	// TopicCommands: a command was issued. Payload: a CommandNote, "<command
 	// id> <task owner> <task id> <claim_seq> <kind>".
 	TopicCommands Topic = "flotilla_commands"
-	// TopicBuckets: bucket leases were released. Payload: the buckets.
+	// TopicBuckets: bucket leases were released, handed over or pinned.
+	// Payload: the buckets.
 	TopicBuckets Topic = "flotilla_buckets"
 	// TopicSchedules: a schedule was created, changed or resumed, and its
 	// next tick may come sooner than its holder thinks. Payload: its bucket.
@@ -552,6 +578,20 @@ type AcquireRequest struct {
 	Node    string
 	Buckets bucket.Set
 	TTL     time.Duration
+	// Take, when set, limits the free, released or expired leases taken to
+	// these buckets: another requested bucket nobody holds is left alone
+	// (and reported), while the owner's own leases are renewed, and those
+	// handed to it taken up, as ever. A balancing node takes only what the
+	// assignment gives it. Nil takes every free requested bucket.
+	Take *bucket.Set
+}
+
+// Handoff names a bucket its holder gives to another node.
+type Handoff struct {
+	Bucket int
+	Epoch  int64  // the epoch under which the giver holds it
+	To     string // the successor's incarnation; "" calls a marked hand-off off
+	ToNode string // the successor's node id
 }
 
 // BucketLease is the state of one bucket's lease.
@@ -566,6 +606,19 @@ type BucketLease struct {
 	// so the epoch went up.
 	Held     bool
 	Acquired bool
+	// Successor is the node id the holder is handing the bucket to while
+	// it lets its tasks there finish (MarkHandoff), since HandoffSince;
+	// "" when no hand-off is under way. SuccessorOwner is its incarnation.
+	Successor      string
+	SuccessorOwner string
+	HandoffSince   time.Time
+	// HandedBy is the node id that handed the bucket to its holder
+	// (HandOff), until the holder takes it up with its next
+	// AcquireBuckets; "" otherwise.
+	HandedBy string
+	// Pin is the node id an operator pinned the bucket to (PinBuckets);
+	// "" when none.
+	Pin string
 }
 
 // NodeInfo is a registered node.
@@ -580,6 +633,13 @@ type NodeInfo struct {
 	ExpiresAt   time.Time
 	StoppedAt   time.Time // zero while running
 	Alive       bool      // by the database clock, on reads
+	// Balance says the node shares the buckets it declares with the other
+	// balancing nodes that declare them (package balance); a node that
+	// opted out, or whose version predates balancing, has it false.
+	Balance bool
+	// Leaving says the node is shutting down and handing its buckets on:
+	// nobody hands it a bucket any more.
+	Leaving bool
 }
 
 // Command kinds.

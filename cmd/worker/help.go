@@ -62,6 +62,14 @@ var examples = map[string][]string{
 		"worker buckets --unheld",
 		"worker buckets --held-by a --json",
 	},
+	"buckets move": {
+		"worker buckets move 0-7 --to node-b",
+		"worker buckets move 12 --to node-c --json",
+	},
+	"buckets unpin": {
+		"worker buckets unpin 0-7",
+		"worker buckets unpin 0-63 --json",
+	},
 	"nodes": {
 		"worker nodes",
 		"worker nodes --all --json",

@@ -32,7 +32,9 @@ func runCommand() *cli.Command {
 		Usage:     "run a node: hold the declared buckets and run their tasks until SIGTERM or SIGINT",
 		ArgsUsage: " ",
 		Flags: commonFlags(
-			&cli.StringFlag{Name: "buckets", Usage: `the buckets this node declares, e.g. "0-31"`, DefaultText: "every bucket"},
+			&cli.StringFlag{Name: "buckets", Usage: `the buckets this node declares, e.g. "0-31", or "all"; nodes that declare the same buckets share them`, DefaultText: "all"},
+			&cli.BoolFlag{Name: "no-balance", Usage: "do not share the declared buckets with other nodes: hold every one no live node holds, and give none away unless an operator moves it"},
+			&cli.DurationFlag{Name: "handoff-timeout", Value: node.DefaultHandoffTimeout, Usage: "how long a bucket handed to another node waits for its running handlers before they are cancelled and their tasks released for the next holder"},
 			numBucketsFlag,
 			&cli.StringFlag{Name: "node-id", Usage: "this node's name", DefaultText: "host-pid-random"},
 			&cli.BoolFlag{Name: "wait-for-node-id", Usage: "when a live process still uses --node-id (a restart right after a crash), " +
@@ -78,11 +80,12 @@ func runCommand() *cli.Command {
 				ShutdownTimeout: c.Duration("shutdown-timeout"), PollInterval: c.Duration("poll-interval"),
 				ReconcileInterval: c.Duration("reconcile-interval"),
 				CommandPoll:       c.Duration("command-poll"), StopGrace: c.Duration("stop-grace"),
-				Version: version, AllBuckets: !c.IsSet("buckets"),
+				Version: version, AllBuckets: !c.IsSet("buckets") || c.String("buckets") == "all",
+				NoBalance: c.Bool("no-balance"), HandoffTimeout: c.Duration("handoff-timeout"),
 			}
 			// The bucket set is checked before anything connects; its upper
 			// bound once the fleet's count is known.
-			if c.IsSet("buckets") {
+			if c.IsSet("buckets") && !cfg.AllBuckets {
 				set, err := bucket.ParseSet(c.String("buckets"), 0)
 				if err != nil {
 					return invalid(fmt.Errorf("invalid --buckets: %w", err))
@@ -420,7 +423,7 @@ func checkRunFlags(c *cli.Context) error {
 		return invalid(fmt.Errorf("--prune-batch %d is out of range: give 1 to %d", n, store.MaxPruneBatch))
 	}
 	for _, name := range []string{"bucket-lease-ttl", "bucket-lease-heartbeat", "task-lease-ttl", "shutdown-timeout",
-		"poll-interval", "reconcile-interval", "command-poll", "stop-grace", "prune-interval"} {
+		"poll-interval", "reconcile-interval", "command-poll", "stop-grace", "prune-interval", "handoff-timeout"} {
 		if err := checkDurationFlag(c, name, true); err != nil {
 			return err
 		}

@@ -298,13 +298,14 @@ func listTasks(c *cli.Context, client *flotilla.Client, f store.TaskFilter, node
 func bucketsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "buckets",
-		Usage:     "show every bucket: holder, epoch, expiry, standby nodes, backlog",
+		Usage:     "show every bucket: holder, target, hand-off, epoch, expiry, standby nodes, backlog; move or unpin buckets",
 		ArgsUsage: " ",
 		Flags: commonFlags(
 			&cli.StringFlag{Name: "held-by", Usage: "only the buckets this node holds"},
 			&cli.BoolFlag{Name: "unheld", Usage: "only the buckets no live node holds"},
 			jsonFlag,
 		),
+		Subcommands: []*cli.Command{bucketsMoveCommand(), bucketsUnpinCommand()},
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c, ""); err != nil {
 				return err
@@ -336,13 +337,99 @@ func bucketsCommand() *cli.Command {
 			if c.Bool(jsonFlag.Name) {
 				out := make([]bucketJSON, len(bs))
 				for i, b := range bs {
-					out[i] = bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Epoch: b.Epoch, ExpiresAt: jsonTime(b.ExpiresAt),
-						Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
+					out[i] = newBucketJSON(b)
 				}
 				return printJSON(c.App.Writer, out)
 			}
 			printBuckets(c.App.Writer, bs)
 			printBucketSummary(c.App.Writer, all)
+			return nil
+		},
+	}
+}
+
+// bucketsArg reads the BUCKETS argument of buckets move and unpin, and,
+// once check (the command's other input) passes, connects and checks it
+// against the fleet's count. The caller closes the client.
+func bucketsArg(c *cli.Context, command string, check func() error) (*flotilla.Client, bucket.Set, error) {
+	args, err := positional(c)
+	if err != nil {
+		return nil, bucket.Set{}, err
+	}
+	if len(args) != 1 {
+		return nil, bucket.Set{}, invalid(fmt.Errorf("buckets %s takes one BUCKETS argument (e.g. 0-7,12), got %d arguments",
+			command, len(args)))
+	}
+	set, err := bucket.ParseSet(args[0], 0)
+	if err != nil {
+		return nil, bucket.Set{}, invalid(fmt.Errorf("invalid BUCKETS: %w", err))
+	}
+	if err := check(); err != nil {
+		return nil, bucket.Set{}, err
+	}
+	client, err := connect(c)
+	if err != nil {
+		return nil, bucket.Set{}, err
+	}
+	if err := set.CheckRange(client.Policy().Count()); err != nil {
+		client.Close()
+		return nil, bucket.Set{}, invalid(fmt.Errorf("invalid BUCKETS for this fleet: %w", err))
+	}
+	return client, set, nil
+}
+
+func bucketsMoveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "move",
+		Usage:     "move buckets to a node now, through the live hand-off, and pin them there until buckets unpin",
+		ArgsUsage: "BUCKETS",
+		Description: "The holder of each bucket stops claiming there, lets its running tasks finish (up to its\n" +
+			"--handoff-timeout), and hands the bucket to NODE under the next epoch. NODE must be live and declare\n" +
+			"every bucket named (exit 3 otherwise). The buckets stay there, whatever balance would do, until\n" +
+			"worker buckets unpin.",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "to", Usage: "the node to move them to (required)"},
+			jsonFlag,
+		),
+		Action: func(c *cli.Context) error {
+			client, set, err := bucketsArg(c, "move", func() error { return checkNameFlag(c, "to", true) })
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			to := c.String("to")
+			if err := client.MoveBuckets(c.Context, set, to); err != nil {
+				return err
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, pinJSON{Buckets: set.String(), Pin: to})
+			}
+			fmt.Fprintf(c.App.Writer, "buckets %s pinned to %s: their holders hand them over (worker buckets shows the moves)\n",
+				cell(set.String()), cell(to))
+			return nil
+		},
+	}
+}
+
+func bucketsUnpinCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "unpin",
+		Usage:     "remove the pins of buckets: balance places them again, and leaves them where they are unless it must move them",
+		ArgsUsage: "BUCKETS",
+		Flags:     commonFlags(jsonFlag),
+		Action: func(c *cli.Context) error {
+			client, set, err := bucketsArg(c, "unpin", func() error { return nil })
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			if err := client.UnpinBuckets(c.Context, set); err != nil {
+				return err
+			}
+			if c.Bool(jsonFlag.Name) {
+				return printJSON(c.App.Writer, pinJSON{Buckets: set.String()})
+			}
+			fmt.Fprintf(c.App.Writer, "buckets %s unpinned\n", cell(set.String()))
 			return nil
 		},
 	}
@@ -370,11 +457,7 @@ func nodesCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			ns, err := client.Nodes(c.Context)
-			if err != nil {
-				return err
-			}
-			leases, err := client.Store().ListBuckets(c.Context)
+			ns, err := client.NodeReports(c.Context)
 			if err != nil {
 				return err
 			}
@@ -382,14 +465,13 @@ func nodesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			held := heldBy(leases, now)
-			shown, hidden := make([]nodeView, 0, len(ns)), 0
+			shown, hidden := make([]flotilla.NodeReport, 0, len(ns)), 0
 			for _, n := range ns {
 				if !c.Bool("all") && !n.StoppedAt.IsZero() && now.Sub(n.StoppedAt) > staleNode {
 					hidden++
 					continue
 				}
-				shown = append(shown, nodeView{NodeInfo: n, Held: held[n.Incarnation]})
+				shown = append(shown, n)
 			}
 			if c.Bool(jsonFlag.Name) {
 				out := make([]nodeJSON, len(shown))

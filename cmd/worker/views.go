@@ -197,28 +197,61 @@ func printTasks(w io.Writer, ts []*task.Task) {
 }
 
 type bucketJSON struct {
-	Bucket    int      `json:"bucket"`
-	Holder    string   `json:"holder"`
-	Epoch     int64    `json:"epoch"`
-	ExpiresAt any      `json:"expires_at"`
-	Standby   []string `json:"standby"`
-	Queued    int      `json:"queued"`
-	Waiting   int      `json:"waiting"`
-	Running   int      `json:"running"`
+	Bucket       int      `json:"bucket"`
+	Holder       string   `json:"holder"`
+	Target       string   `json:"target"`
+	Successor    string   `json:"successor"`
+	HandoffSince any      `json:"handoff_since"`
+	HandedBy     string   `json:"handed_by"`
+	Pin          string   `json:"pin"`
+	Epoch        int64    `json:"epoch"`
+	ExpiresAt    any      `json:"expires_at"`
+	Standby      []string `json:"standby"`
+	Queued       int      `json:"queued"`
+	Waiting      int      `json:"waiting"`
+	Running      int      `json:"running"`
+}
+
+func newBucketJSON(b flotilla.BucketReport) bucketJSON {
+	return bucketJSON{Bucket: b.Bucket, Holder: b.Holder, Target: b.Target, Successor: b.Successor,
+		HandoffSince: jsonTime(b.HandoffSince), HandedBy: b.HandedBy, Pin: b.Pin, Epoch: b.Epoch,
+		ExpiresAt: jsonTime(b.ExpiresAt), Standby: b.Standby, Queued: b.Queued, Waiting: b.Waiting, Running: b.Running}
+}
+
+// pinJSON is what buckets move and unpin print under --json.
+type pinJSON struct {
+	Buckets string `json:"buckets"`
+	Pin     string `json:"pin"`
 }
 
 func printBuckets(w io.Writer, bs []flotilla.BucketReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUCKET\tHOLDER\tEPOCH\tEXPIRES\tSTANDBY\tQUEUED\tWAITING\tRUNNING")
+	fmt.Fprintln(tw, "BUCKET\tHOLDER\tTARGET\tHAND-OFF\tEPOCH\tEXPIRES\tSTANDBY\tQUEUED\tWAITING\tRUNNING")
 	for _, b := range bs {
 		holder := cell(b.Holder)
 		if holder == "" {
 			holder = "(none)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%d\t%d\n", b.Bucket, holder, b.Epoch, human(b.ExpiresAt),
-			dash(cell(strings.Join(b.Standby, ","))), b.Queued, b.Waiting, b.Running)
+		target := cell(b.Target)
+		if b.Pin != "" && b.Pin == b.Target {
+			target += " (pinned)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\n", b.Bucket, holder, dash(target), dash(handoffCell(b)),
+			b.Epoch, human(b.ExpiresAt), dash(cell(strings.Join(b.Standby, ","))), b.Queued, b.Waiting, b.Running)
 	}
 	_ = tw.Flush()
+}
+
+// handoffCell says what hand-off a bucket is in: "to N since T" while its
+// holder lets its tasks finish, "from N" until the new holder takes it up.
+func handoffCell(b flotilla.BucketReport) string {
+	switch {
+	case b.Successor != "":
+		return "to " + cell(b.Successor) + " since " + b.HandoffSince.UTC().Format("15:04:05.000")
+	case b.HandedBy != "":
+		return "from " + cell(b.HandedBy)
+	}
+	return ""
 }
 
 // printBucketSummary ends the buckets table with one line for the whole
@@ -239,28 +272,21 @@ func printBucketSummary(w io.Writer, bs []flotilla.BucketReport) {
 	if len(unheld) > 0 {
 		line += " (" + cell(bucket.Of(unheld...).String()) + ")"
 	}
+	if moving := movesUnderWay(bs); moving > 0 {
+		line += fmt.Sprintf(", %d being handed over", moving)
+	}
 	fmt.Fprintf(w, "%s; %d queued, %d waiting, %d running\n", line, queued, waiting, running)
 }
 
-// nodeView is a node with the buckets it holds now.
-type nodeView struct {
-	store.NodeInfo
-	Held bucket.Set
-}
-
-// heldBy maps each incarnation to the buckets it holds, unexpired.
-func heldBy(leases []store.BucketLease, now time.Time) map[string]bucket.Set {
-	lists := map[string][]int{}
-	for _, l := range leases {
-		if l.Holder != "" && l.ExpiresAt.After(now) {
-			lists[l.Holder] = append(lists[l.Holder], l.Bucket)
+// movesUnderWay counts the buckets in a hand-off.
+func movesUnderWay(bs []flotilla.BucketReport) int {
+	n := 0
+	for _, b := range bs {
+		if b.Successor != "" || b.HandedBy != "" {
+			n++
 		}
 	}
-	out := make(map[string]bucket.Set, len(lists))
-	for h, bs := range lists {
-		out[h] = bucket.Of(bs...)
-	}
-	return out
+	return n
 }
 
 type nodeJSON struct {
@@ -268,6 +294,9 @@ type nodeJSON struct {
 	Incarnation string   `json:"incarnation"`
 	Buckets     string   `json:"buckets"`
 	Held        string   `json:"held"`
+	Share       int      `json:"share"`
+	Balance     bool     `json:"balance"`
+	Leaving     bool     `json:"leaving"`
 	Kinds       []string `json:"kinds"`
 	Version     string   `json:"version"`
 	Alive       bool     `json:"alive"`
@@ -276,19 +305,20 @@ type nodeJSON struct {
 	StoppedAt   any      `json:"stopped_at"`
 }
 
-func newNodeJSON(n nodeView) nodeJSON {
+func newNodeJSON(n flotilla.NodeReport) nodeJSON {
 	kinds := n.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
 	return nodeJSON{ID: n.ID, Incarnation: n.Incarnation, Buckets: n.Buckets.String(), Held: n.Held.String(),
+		Share: n.Share, Balance: n.Balance, Leaving: n.Leaving,
 		Kinds: kinds, Version: n.Version, Alive: n.Alive, StartedAt: jsonTime(n.StartedAt),
 		HeartbeatAt: jsonTime(n.HeartbeatAt), StoppedAt: jsonTime(n.StoppedAt)}
 }
 
-func printNodes(w io.Writer, ns []nodeView) {
+func printNodes(w io.Writer, ns []flotilla.NodeReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tDECLARED\tHELD\tKINDS\tVERSION\tSTARTED\tHEARTBEAT")
+	fmt.Fprintln(tw, "NODE\tSTATE\tDECLARED\tHELD\tSHARE\tKINDS\tVERSION\tSTARTED\tHEARTBEAT")
 	for _, n := range ns {
 		state := "alive"
 		switch {
@@ -296,9 +326,18 @@ func printNodes(w io.Writer, ns []nodeView) {
 			state = "stopped"
 		case !n.Alive:
 			state = "dead"
+		case n.Leaving:
+			state = "leaving"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(n.ID), state, cell(n.Buckets.String()),
-			dash(cell(n.Held.String())), cell(strings.Join(n.Kinds, ",")), dash(cell(n.Version)),
+		share := "-"
+		switch {
+		case n.Alive && !n.Leaving && n.Balance:
+			share = fmt.Sprint(n.Share)
+		case n.Alive && !n.Leaving:
+			share = fmt.Sprintf("%d (no balance)", n.Share)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(n.ID), state, cell(n.Buckets.String()),
+			dash(cell(n.Held.String())), share, cell(strings.Join(n.Kinds, ",")), dash(cell(n.Version)),
 			human(n.StartedAt), human(n.HeartbeatAt))
 	}
 	_ = tw.Flush()

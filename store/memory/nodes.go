@@ -59,6 +59,8 @@ func (s *Store) RegisterNode(ctx context.Context, n store.NodeInfo, ttl time.Dur
 		StartedAt:   startedAt,
 		HeartbeatAt: now,
 		ExpiresAt:   dbTime(now.Add(ttl)),
+		Balance:     n.Balance,
+		Leaving:     n.Leaving,
 	}
 	return nil
 }

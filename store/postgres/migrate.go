@@ -20,7 +20,7 @@ import (
 
 // SchemaVersion is the schema version this binary knows: the number of the
 // last file in migrations/.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

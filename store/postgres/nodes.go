@@ -18,11 +18,13 @@ import (
 // holds the id.
 const registerNodeSQL = `
 INSERT INTO flotilla_nodes AS n
-    (id, incarnation, buckets, kinds, version, started_at, heartbeat_at, expires_at, stopped_at)
+    (id, incarnation, buckets, kinds, version, started_at, heartbeat_at, expires_at, stopped_at, balance, leaving)
 VALUES ($1, $2, $3, $4, $5, statement_timestamp(), statement_timestamp(),
-        statement_timestamp() + $6::bigint * interval '1 microsecond', NULL)
+        statement_timestamp() + $6::bigint * interval '1 microsecond', NULL, $7, $8)
 ON CONFLICT (id) DO UPDATE SET
     incarnation = excluded.incarnation,
+    balance = excluded.balance,
+    leaving = excluded.leaving,
     buckets = excluded.buckets,
     kinds = excluded.kinds,
     version = excluded.version,
@@ -54,7 +56,7 @@ func (s *Store) RegisterNode(ctx context.Context, n store.NodeInfo, ttl time.Dur
 	for {
 		var id string
 		err := s.pool.QueryRow(ctx, registerNodeSQL, n.ID, n.Incarnation, n.Buckets.String(), kinds, n.Version,
-			micros(ttl)).Scan(&id)
+			micros(ttl), n.Balance, n.Leaving).Scan(&id)
 		if err == nil {
 			return nil
 		}
@@ -113,7 +115,7 @@ func (s *Store) StopNode(ctx context.Context, incarnation string) error {
 
 const listNodesSQL = `
 SELECT id, incarnation, buckets, kinds, version, started_at, heartbeat_at, expires_at, stopped_at,
-       stopped_at IS NULL AND expires_at > statement_timestamp()
+       stopped_at IS NULL AND expires_at > statement_timestamp(), balance, leaving
 FROM flotilla_nodes
 ORDER BY id`
 
@@ -132,7 +134,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]store.NodeInfo, error) {
 			stoppedAt pgtype.Timestamptz
 		)
 		if err := rows.Scan(&n.ID, &n.Incarnation, &buckets, &n.Kinds, &n.Version, &n.StartedAt, &n.HeartbeatAt,
-			&n.ExpiresAt, &stoppedAt, &n.Alive); err != nil {
+			&n.ExpiresAt, &stoppedAt, &n.Alive, &n.Balance, &n.Leaving); err != nil {
 			return nil, wrap(err, "list nodes")
 		}
 		if err := n.Buckets.UnmarshalText([]byte(buckets)); err != nil {

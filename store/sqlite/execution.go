@@ -22,6 +22,13 @@ type leaseRow struct {
 	node      string
 	epoch     int64
 	expiresAt time.Time
+	// The hand-off (see the PostgreSQL store's migration 9): valid under
+	// handoffEpoch only.
+	successor, successorNode string
+	handoffAt                time.Time
+	handedBy                 string
+	handoffEpoch             int64
+	pin                      string
 }
 
 func (l leaseRow) live(now time.Time) bool {
@@ -34,18 +41,26 @@ func (l leaseRow) liveFor(owner string, epoch int64, now time.Time) bool {
 
 func scanLease(row scanner) (leaseRow, error) {
 	var (
-		l         leaseRow
-		owner, nd sql.NullString
-		expiresAt sql.NullInt64
+		l                                    leaseRow
+		owner, nd, succ, succNode, hand, pin sql.NullString
+		expiresAt, since, hEpoch             sql.NullInt64
 	)
-	if err := row.Scan(&l.bucket, &owner, &nd, &l.epoch, &expiresAt); err != nil {
+	if err := row.Scan(&l.bucket, &owner, &nd, &l.epoch, &expiresAt, &succ, &succNode, &since, &hand, &hEpoch,
+		&pin); err != nil {
 		return leaseRow{}, err
 	}
 	l.owner, l.node, l.expiresAt = owner.String, nd.String, fromMicros(expiresAt)
+	l.successor, l.successorNode, l.handoffAt, l.handedBy, l.pin = succ.String, succNode.String, fromMicros(since),
+		hand.String, pin.String
+	l.handoffEpoch = -1
+	if hEpoch.Valid {
+		l.handoffEpoch = hEpoch.Int64
+	}
 	return l, nil
 }
 
-const leaseColumns = `bucket, owner, node, epoch, expires_at`
+const leaseColumns = `bucket, owner, node, epoch, expires_at, successor, successor_node, handoff_at, handed_by,
+	handoff_epoch, pinned_to`
 
 func loadLease(tx *wtx, b int) (leaseRow, error) {
 	l, err := scanLease(tx.queryRow(`SELECT `+leaseColumns+` FROM flotilla_bucket_leases WHERE bucket = ?`, b))

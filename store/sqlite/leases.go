@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,11 +13,21 @@ import (
 
 // view is the lease as readers see it: an expired lease has no holder.
 func (l leaseRow) view(now time.Time) store.BucketLease {
-	out := store.BucketLease{Bucket: l.bucket, Epoch: l.epoch, ExpiresAt: l.expiresAt}
+	out := store.BucketLease{Bucket: l.bucket, Epoch: l.epoch, ExpiresAt: l.expiresAt, Pin: l.pin}
 	if l.live(now) {
 		out.Holder, out.Node = l.owner, l.node
+		if l.handoffEpoch == l.epoch {
+			out.Successor, out.SuccessorOwner, out.HandoffSince = l.successorNode, l.successor, l.handoffAt
+			out.HandedBy = l.handedBy
+		}
 	}
 	return out
+}
+
+// takenUp reports whether the owner's renewal of l takes up a lease handed
+// to it.
+func (l leaseRow) takenUp(owner string, now time.Time) bool {
+	return l.live(now) && l.owner == owner && l.handedBy != "" && l.handoffEpoch == l.epoch
 }
 
 func (s *Store) checkBuckets(ctx context.Context, set bucket.Set) error {
@@ -52,26 +63,30 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 				return err
 			}
 			renewal := l.live(tx.now) && l.owner == req.Owner
+			takenUp := l.takenUp(req.Owner, tx.now)
 			switch {
 			case renewal:
-				l.expiresAt, l.node = expiresAt, req.Node
-				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET node = ?, expires_at = ?, renewed_at = ? WHERE bucket = ?`,
+				l.expiresAt, l.node, l.handedBy = expiresAt, req.Node, ""
+				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET node = ?, expires_at = ?, renewed_at = ?,
+					handed_by = NULL WHERE bucket = ?`,
 					req.Node, expiresAt.UnixMicro(), tx.now.UnixMicro(), b)
-			case !l.live(tx.now):
+			case !l.live(tx.now) && (req.Take == nil || req.Take.Contains(b)):
 				// A new holder, or the same one after its lease ran out:
 				// what it did under the old epoch may have been rescued
 				// meanwhile, so its old attempts must be fenced.
-				l = leaseRow{bucket: b, owner: req.Owner, node: req.Node, epoch: l.epoch + 1, expiresAt: expiresAt}
+				l = leaseRow{bucket: b, owner: req.Owner, node: req.Node, epoch: l.epoch + 1, expiresAt: expiresAt,
+					handoffEpoch: -1, pin: l.pin}
 				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET owner = ?, node = ?, epoch = ?, expires_at = ?,
-					acquired_at = ?, renewed_at = ? WHERE bucket = ?`,
+					acquired_at = ?, renewed_at = ?, successor = NULL, successor_node = NULL, handoff_at = NULL,
+					handed_by = NULL WHERE bucket = ?`,
 					req.Owner, req.Node, l.epoch, expiresAt.UnixMicro(), tx.now.UnixMicro(), tx.now.UnixMicro(), b)
 			}
 			if err != nil {
 				return wrap(err, "acquire bucket %d", b)
 			}
 			lease := l.view(tx.now)
-			lease.Held = l.owner == req.Owner
-			lease.Acquired = lease.Held && !renewal
+			lease.Held = l.owner == req.Owner && l.live(tx.now)
+			lease.Acquired = lease.Held && (!renewal || takenUp)
 			out = append(out, lease)
 		}
 		return nil
@@ -97,7 +112,8 @@ func (s *Store) ReleaseBuckets(ctx context.Context, owner string, buckets bucket
 		released = released[:0]
 		// An owner's expired lease is released too: nobody else holds it,
 		// and clearing it lets the next acquisition skip the wait.
-		q := `UPDATE flotilla_bucket_leases SET owner = NULL, node = NULL, expires_at = NULL WHERE owner = ?`
+		q := `UPDATE flotilla_bucket_leases SET owner = NULL, node = NULL, expires_at = NULL, successor = NULL,
+			successor_node = NULL, handoff_at = NULL, handed_by = NULL WHERE owner = ?`
 		args := []any{owner}
 		if !buckets.Empty() {
 			q += ` AND bucket IN (SELECT value FROM json_each(?))`
@@ -152,6 +168,126 @@ func (s *Store) ListBuckets(ctx context.Context) ([]store.BucketLease, error) {
 		out = append(out, l.view(now))
 	}
 	return out, wrapIf(rows.Err(), "list buckets")
+}
+
+// MarkHandoff records the successor of each bucket owner holds under the
+// epoch named, or calls the hand-off off.
+func (s *Store) MarkHandoff(ctx context.Context, owner string, moves []store.Handoff) ([]int, error) {
+	if err := store.CheckHandoffs(moves, false); err != nil {
+		return nil, err
+	}
+	if err := s.checkBuckets(ctx, handoffBuckets(moves)); err != nil {
+		return nil, err
+	}
+	var marked []int
+	err := s.write(ctx, func(tx *wtx) error {
+		marked = []int{}
+		return eachHeld(tx, owner, moves, func(m store.Handoff, _ leaseRow) error {
+			var succ, succNode, since any
+			if m.To != "" {
+				succ, succNode, since = m.To, m.ToNode, tx.now.UnixMicro()
+			}
+			if _, err := tx.exec(`UPDATE flotilla_bucket_leases SET successor = ?, successor_node = ?, handoff_at = ?,
+				handed_by = NULL, handoff_epoch = epoch WHERE bucket = ?`, succ, succNode, since, m.Bucket); err != nil {
+				return wrap(err, "mark the hand-off of bucket %d", m.Bucket)
+			}
+			marked = append(marked, m.Bucket)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	return bucket.Of(marked...).Slice(), nil
+}
+
+// HandOff gives each bucket owner holds under the epoch named to its
+// successor, under the next epoch, and announces them.
+func (s *Store) HandOff(ctx context.Context, owner string, moves []store.Handoff, ttl time.Duration) ([]store.BucketLease, error) {
+	if err := store.CheckHandOff(moves, ttl); err != nil {
+		return nil, err
+	}
+	if err := s.checkBuckets(ctx, handoffBuckets(moves)); err != nil {
+		return nil, err
+	}
+	var handed []store.BucketLease
+	err := s.write(ctx, func(tx *wtx) error {
+		handed = []store.BucketLease{}
+		var bs []int
+		err := eachHeld(tx, owner, moves, func(m store.Handoff, l leaseRow) error {
+			next := leaseRow{bucket: m.Bucket, owner: m.To, node: m.ToNode, epoch: l.epoch + 1,
+				expiresAt: dbTime(tx.now.Add(ttl)), handedBy: l.node, handoffEpoch: l.epoch + 1, pin: l.pin}
+			if _, err := tx.exec(`UPDATE flotilla_bucket_leases SET owner = ?, node = ?, epoch = ?, expires_at = ?,
+				acquired_at = ?, renewed_at = ?, successor = NULL, successor_node = NULL, handoff_at = NULL,
+				handed_by = ?, handoff_epoch = ? WHERE bucket = ?`,
+				next.owner, next.node, next.epoch, next.expiresAt.UnixMicro(), tx.now.UnixMicro(), tx.now.UnixMicro(),
+				next.handedBy, next.epoch, m.Bucket); err != nil {
+				return wrap(err, "hand off bucket %d", m.Bucket)
+			}
+			handed = append(handed, next.view(tx.now))
+			bs = append(bs, m.Bucket)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(bs) > 0 {
+			tx.notify(store.TopicBuckets, bucket.Of(bs...).String())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, requireSchema(err)
+	}
+	slices.SortFunc(handed, func(a, b store.BucketLease) int { return a.Bucket - b.Bucket })
+	return handed, nil
+}
+
+// eachHeld calls fn with each move's lease that owner holds under the
+// epoch named, unexpired by the writer's clock.
+func eachHeld(tx *wtx, owner string, moves []store.Handoff, fn func(store.Handoff, leaseRow) error) error {
+	for _, m := range moves {
+		l, err := loadLease(tx, m.Bucket)
+		if err != nil {
+			return err
+		}
+		if !l.liveFor(owner, m.Epoch, tx.now) {
+			continue
+		}
+		if err := fn(m, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func handoffBuckets(moves []store.Handoff) bucket.Set {
+	bs := make([]int, len(moves))
+	for i, m := range moves {
+		bs[i] = m.Bucket
+	}
+	return bucket.Of(bs...)
+}
+
+// PinBuckets records or removes an operator's pins, and announces them, so
+// that their holders move them at once.
+func (s *Store) PinBuckets(ctx context.Context, buckets bucket.Set, node string) error {
+	if err := s.checkBuckets(ctx, buckets); err != nil {
+		return err
+	}
+	var pin any
+	if node != "" {
+		pin = node
+	}
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.exec(`UPDATE flotilla_bucket_leases SET pinned_to = ? WHERE bucket IN (SELECT value FROM json_each(?))`,
+			pin, intsJSON(buckets.Slice()))
+		if err == nil && !buckets.Empty() {
+			tx.notify(store.TopicBuckets, buckets.String())
+		}
+		return wrapIf(err, "pin buckets "+buckets.String())
+	})
+	return requireSchema(err)
 }
 
 // LockTask holds task id as another transaction's row lock does on

@@ -18,7 +18,7 @@ import (
 
 // SchemaVersion is the schema version this binary knows: the number of the
 // last embedded migration.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

@@ -157,25 +157,35 @@ func openAtVersion5(t *testing.T) (context.Context, *Store) {
 	if _, err := s.migrate(ctx, 8, 5); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range laterTaskColumns {
-		if _, err := s.wdbExec(ctx, `ALTER TABLE flotilla_tasks ADD COLUMN `+c); err != nil {
+	for _, c := range laterColumns {
+		if _, err := s.wdbExec(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.column); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return ctx, s
 }
 
-// laterTaskColumns are the task table's columns that migrations after 6
-// add, with their types.
-var laterTaskColumns = []string{"metadata TEXT"}
+// laterColumns are the columns that migrations after 6 add, with their
+// tables and types.
+var laterColumns = []struct{ table, column string }{
+	{"flotilla_tasks", "metadata TEXT"},
+	{"flotilla_bucket_leases", "successor TEXT"},
+	{"flotilla_bucket_leases", "successor_node TEXT"},
+	{"flotilla_bucket_leases", "handoff_at INTEGER"},
+	{"flotilla_bucket_leases", "handed_by TEXT"},
+	{"flotilla_bucket_leases", "handoff_epoch INTEGER"},
+	{"flotilla_bucket_leases", "pinned_to TEXT"},
+	{"flotilla_nodes", "balance INTEGER NOT NULL DEFAULT 0"},
+	{"flotilla_nodes", "leaving INTEGER NOT NULL DEFAULT 0"},
+}
 
 // dropLaterColumns leaves the file of openAtVersion5 as the schema of
 // version 5 made it, with the rows written meanwhile.
 func dropLaterColumns(t *testing.T, ctx context.Context, s *Store) {
 	t.Helper()
-	for _, c := range laterTaskColumns {
-		name, _, _ := strings.Cut(c, " ")
-		if _, err := s.wdbExec(ctx, `ALTER TABLE flotilla_tasks DROP COLUMN `+name); err != nil {
+	for _, c := range laterColumns {
+		name, _, _ := strings.Cut(c.column, " ")
+		if _, err := s.wdbExec(ctx, `ALTER TABLE `+c.table+` DROP COLUMN `+name); err != nil {
 			t.Fatal(err)
 		}
 	}

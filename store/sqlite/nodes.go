@@ -12,7 +12,8 @@ import (
 	"github.com/flotilla-dev/flotilla/store"
 )
 
-const nodeColumns = `id, incarnation, buckets, kinds, version, started_at, heartbeat_at, expires_at, stopped_at`
+const nodeColumns = `id, incarnation, buckets, kinds, version, started_at, heartbeat_at, expires_at, stopped_at,
+	balance, leaving`
 
 func scanNode(row scanner, now time.Time) (store.NodeInfo, error) {
 	var (
@@ -20,7 +21,8 @@ func scanNode(row scanner, now time.Time) (store.NodeInfo, error) {
 		buckets, kinds                     string
 		started, heartbeat, expires, stopd sql.NullInt64
 	)
-	if err := row.Scan(&n.ID, &n.Incarnation, &buckets, &kinds, &n.Version, &started, &heartbeat, &expires, &stopd); err != nil {
+	if err := row.Scan(&n.ID, &n.Incarnation, &buckets, &kinds, &n.Version, &started, &heartbeat, &expires, &stopd,
+		&n.Balance, &n.Leaving); err != nil {
 		return store.NodeInfo{}, err
 	}
 	set, err := bucket.ParseSet(buckets, bucket.MaxCount)
@@ -59,12 +61,13 @@ func (s *Store) RegisterNode(ctx context.Context, n store.NodeInfo, ttl time.Dur
 		case prev.Alive:
 			return &store.NodeAliveError{NodeID: n.ID, Incarnation: prev.Incarnation}
 		}
-		_, err = tx.exec(`INSERT INTO flotilla_nodes (`+nodeColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)
+		_, err = tx.exec(`INSERT INTO flotilla_nodes (`+nodeColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET incarnation = excluded.incarnation, buckets = excluded.buckets,
 			    kinds = excluded.kinds, version = excluded.version, started_at = excluded.started_at,
-			    heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at, stopped_at = NULL`,
+			    heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at, stopped_at = NULL,
+			    balance = excluded.balance, leaving = excluded.leaving`,
 			n.ID, n.Incarnation, n.Buckets.String(), stringsJSON(n.Kinds), n.Version, startedAt.UnixMicro(),
-			tx.now.UnixMicro(), dbTime(tx.now.Add(ttl)).UnixMicro())
+			tx.now.UnixMicro(), dbTime(tx.now.Add(ttl)).UnixMicro(), n.Balance, n.Leaving)
 		if err != nil {
 			return wrap(err, "register node %s", n.ID)
 		}

@@ -47,6 +47,35 @@ func testNodes(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("BalanceAndLeavingAreRegistered", func(t *testing.T) {
+		b := setup(t, h)
+		n := store.NodeInfo{ID: "w", Incarnation: "w/1", Buckets: bucket.Of(0, 1), Balance: true}
+		if err := b.s.RegisterNode(b.ctx, n, leaseTTL); err != nil {
+			t.Fatal(err)
+		}
+		old := store.NodeInfo{ID: "old", Incarnation: "old/1", Buckets: bucket.Of(0, 1)}
+		if err := b.s.RegisterNode(b.ctx, old, leaseTTL); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := b.s.ListNodes(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 2 || nodes[0].ID != "old" || nodes[0].Balance || nodes[1].ID != "w" || !nodes[1].Balance ||
+			nodes[1].Leaving {
+			t.Fatalf("nodes read back as %+v", nodes)
+		}
+		// The same incarnation registering again says it is leaving.
+		n.Leaving = true
+		if err := b.s.RegisterNode(b.ctx, n, leaseTTL); err != nil {
+			t.Fatal(err)
+		}
+		nodes, _ = b.s.ListNodes(b.ctx)
+		if !nodes[1].Leaving || !nodes[1].Alive || !nodes[1].Balance {
+			t.Errorf("a leaving node reads back as %+v", nodes[1])
+		}
+	})
+
 	t.Run("ALiveIdIsRefused", func(t *testing.T) {
 		b := setup(t, h)
 		first := store.NodeInfo{ID: "worker-1", Incarnation: "worker-1/aaa", Buckets: bucket.Of(1)}

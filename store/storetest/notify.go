@@ -113,6 +113,24 @@ func testNotifications(t *testing.T, h Harness) {
 	if rel := expect(store.TopicBuckets, "a release"); rel.Payload != "1" {
 		t.Errorf("release payload %q, want 1", rel.Payload)
 	}
+	// A hand-off wakes its successor (and any standby) at once.
+	held := b.hold("a", 4, 5)
+	if _, err := b.s.HandOff(b.ctx, "a", []store.Handoff{
+		{Bucket: 4, Epoch: held[0].Epoch, To: "b", ToNode: nodeOf("b")},
+		{Bucket: 5, Epoch: held[1].Epoch, To: "b", ToNode: nodeOf("b")},
+	}, leaseTTL); err != nil {
+		t.Fatal(err)
+	}
+	if ho := expect(store.TopicBuckets, "a hand-off"); ho.Payload != "4-5" {
+		t.Errorf("hand-off payload %q, want 4-5", ho.Payload)
+	}
+	// A pin moves its buckets at once.
+	if err := b.s.PinBuckets(b.ctx, bucket.Of(6, 7), "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if pin := expect(store.TopicBuckets, "a pin"); pin.Payload != "6-7" {
+		t.Errorf("pin payload %q, want 6-7", pin.Payload)
+	}
 
 	cancel()
 	select {

@@ -119,9 +119,11 @@ func TestAStandbyTakesOverAfterKill9(t *testing.T) {
 	needsIntegration(t)
 	f := newFleet(t)
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s")
+	// Neither balances: a node that does not stands by for what a live node
+	// holds (balanced nodes share instead: elastic_test.go).
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s", "--no-balance")
 	f.waitUntilHeld("holder", low, startWithin)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s", "--no-balance")
 	f.waitUntilStandingBy("standby", low)
 
 	// An observation window, not a wait: over three of the holder's
@@ -176,9 +178,9 @@ func TestSigtermReleasesBucketsForAStandby(t *testing.T) {
 	needsIntegration(t)
 	f := newFleet(t)
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder")
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--no-balance")
 	before := epochs(f.waitUntilHeld("holder", low, startWithin), low)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--no-balance")
 	f.waitUntilStandingBy("standby", low)
 	// The standby registers before it listens; a release announced in
 	// between would reach it only at its next heartbeat, and the time

@@ -15,9 +15,9 @@ import (
 func killHolderWhileRunning(t *testing.T, f *fleet, maxAttempts int) *task.Task {
 	t.Helper()
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s")
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s", "--no-balance")
 	f.waitUntilHeld("holder", low, startWithin)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s", "--no-balance")
 	f.waitUntilStandingBy("standby", low)
 
 	// Long enough that the holder cannot finish before it is killed, short

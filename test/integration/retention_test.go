@@ -25,11 +25,12 @@ func TestRetentionPrunesEachBucketByItsHolderThroughATakeover(t *testing.T) {
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
 	retain := []string{"--retain", "all=2s", "--retain-kind", "sleep:all=0", "--prune-interval", "300ms"}
-	doomed := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", "2s"}, retain...)...)
+	doomed := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", "2s",
+		"--no-balance"}, retain...)...)
 	// The survivor declares every bucket: it starts once doomed holds its
 	// own, or it could take them first and leave doomed standing by.
 	f.waitUntilHeld("doomed", low, startWithin)
-	f.worker(append([]string{"run", "--buckets", "0-63", "--node-id", "survivor"}, retain...)...)
+	f.worker(append([]string{"run", "--buckets", "0-63", "--node-id", "survivor", "--no-balance"}, retain...)...)
 	f.waitUntilHeld("survivor", high, startWithin)
 
 	ctx := t.Context()

@@ -187,6 +187,10 @@ func (r *rig) start(spec nodeSpec) *rigNode {
 		"--bucket-lease-ttl", scenarioLeaseTTL.String(), "--task-lease-ttl", scenarioTaskLeaseTTL.String(),
 		"--concurrency", "32", "--poll-interval", "250ms", "--command-poll", "500ms",
 		"--shutdown-timeout", "10s", "--stop-grace", "2s",
+		// The scenarios stand standbys by for the buckets of the nodes they
+		// break, as nodes that do not balance do (elastic_test.go breaks a
+		// balanced fleet).
+		"--no-balance",
 	}
 	if spec.http {
 		args = append(args, "--http", "127.0.0.1:0")

@@ -24,7 +24,7 @@ func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
 	}
 	procs := map[string]*proc{}
 	for _, id := range []string{"n1", "n2", "n3"} {
-		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", "2s")
+		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", "2s", "--no-balance")
 	}
 	holder := f.scheduleHolder("beat", "")
 	f.waitForTicks("beat", 4)

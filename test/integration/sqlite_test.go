@@ -118,11 +118,11 @@ func TestSQLiteKill9UnderLoad(t *testing.T) {
 	// Leases long enough that the slow statements of race-enabled
 	// binaries on a loaded machine do not lose them by themselves.
 	flags := []string{"--bucket-lease-ttl", "4s", "--task-lease-ttl", "6s", "--poll-interval", "200ms"}
-	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder"}, flags...)...)
+	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder", "--no-balance"}, flags...)...)
 	f.worker(append([]string{"run", "--buckets", "32-63", "--node-id", "other"}, flags...)...)
 	before := epochs(f.waitUntilHeld("holder", low, startWithin), low)
 	f.waitUntilHeld("other", high, startWithin)
-	f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "standby"}, flags...)...)
+	f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "standby", "--no-balance"}, flags...)...)
 	f.waitUntilStandingBy("standby", low)
 
 	var ids []int64
@@ -168,9 +168,9 @@ func TestSQLiteFrozenHolderIsFenced(t *testing.T) {
 	// Leases long enough that the slow statements of race-enabled
 	// binaries on a loaded machine do not lose them by themselves.
 	flags := []string{"--bucket-lease-ttl", "4s", "--task-lease-ttl", "6s", "--poll-interval", "200ms"}
-	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder"}, flags...)...)
+	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder", "--no-balance"}, flags...)...)
 	before := epochs(f.waitUntilHeld("holder", low, startWithin), low)
-	f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "standby"}, flags...)...)
+	f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "standby", "--no-balance"}, flags...)...)
 	f.waitUntilStandingBy("standby", low)
 
 	key := keyIn(t, f.policy, low, "frozen")
@@ -275,9 +275,10 @@ func TestSQLiteSigtermUnderLoad(t *testing.T) {
 	needsIntegration(t)
 	f := newSQLiteFleet(t)
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--concurrency", "4", "--poll-interval", "200ms")
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--concurrency", "4", "--poll-interval", "200ms",
+		"--no-balance")
 	f.waitUntilHeld("holder", low, startWithin)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--poll-interval", "200ms")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--poll-interval", "200ms", "--no-balance")
 	f.waitUntilStandingBy("standby", low)
 
 	var ids []int64

@@ -4,11 +4,13 @@
 // test can prove that no two attempts of a task overlapped and that no task
 // succeeded twice.
 //
-// Its flags mirror `worker run`'s. Two are its own: --ledger-dsn, the
+// Its flags mirror `worker run`'s. Three are its own: --ledger-dsn, the
 // database the probe writes its ledger to (the test's database, reached
 // directly, so that a proxy that cuts the node off from the fleet's store
-// does not blind the ledger too), and --max-conns, to keep the pool of a
-// fleet of several nodes small on a shared server.
+// does not blind the ledger too); --ledger-file, a file the probe appends its
+// ledger to instead (a fleet on SQLite); and --max-conns, to keep the pool
+// of a fleet of several nodes small on a shared server. --dsn may name an
+// SQLite file (sqlite:PATH).
 //
 // The ledger table is created by the test (see LedgerSchema in
 // test/integration); the worker only writes to it.
@@ -33,6 +35,7 @@ import (
 	"github.com/flotilla-dev/flotilla/kinds"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
+	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 )
 
@@ -52,6 +55,9 @@ func run() int {
 	var (
 		dsn          = fs.String("dsn", os.Getenv("FLOTILLA_DSN"), "the fleet's database (default $FLOTILLA_DSN)")
 		ledgerDSN    = fs.String("ledger-dsn", "", "the database of the probe ledger (default: --dsn)")
+		ledgerFile   = fs.String("ledger-file", "", "append the probe ledger to this file instead, as JSON lines")
+		noBalance    = fs.Bool("no-balance", false, "do not share the declared buckets with other nodes")
+		handoff      = fs.Duration("handoff-timeout", node.DefaultHandoffTimeout, "how long a hand-off waits for handlers")
 		buckets      = fs.String("buckets", "", "the buckets this node declares (default: every bucket)")
 		nodeID       = fs.String("node-id", "", "this node's name")
 		concurrency  = fs.Int("concurrency", node.DefaultConcurrency, "handlers run at once")
@@ -96,9 +102,10 @@ func run() int {
 		BucketLeaseTTL: *leaseTTL, BucketLeaseHeartbeat: *heartbeat, TaskLeaseTTL: *taskLeaseTTL,
 		ShutdownTimeout: *shutdown, PollInterval: *pollInterval, ReconcileInterval: *reconcile,
 		CommandPoll: *commandPoll, StopGrace: *stopGrace,
-		AllBuckets: *buckets == "", Logger: log, Version: "testworker",
+		AllBuckets: *buckets == "" || *buckets == "all", Logger: log, Version: "testworker",
+		NoBalance: *noBalance, HandoffTimeout: *handoff,
 	}
-	if *buckets != "" {
+	if !cfg.AllBuckets {
 		set, err := bucket.ParseSet(*buckets, 0)
 		if err != nil {
 			log.Error("invalid --buckets", zap.Error(err))
@@ -114,7 +121,7 @@ func run() int {
 		log.Error("no database: give --dsn or set FLOTILLA_DSN")
 		return exitInvalid
 	}
-	if *ledgerDSN == "" {
+	if *ledgerDSN == "" && *ledgerFile == "" {
 		*ledgerDSN = *dsn
 	}
 
@@ -125,7 +132,7 @@ func run() int {
 		log.Error("invalid exec configuration", zap.Error(err))
 		return exitInvalid
 	}
-	if err := serve(ctx, *dsn, *ledgerDSN, *maxConns, *httpAddr, cfg, exec, log); err != nil {
+	if err := serve(ctx, *dsn, ledgerAt{dsn: *ledgerDSN, file: *ledgerFile}, *maxConns, *httpAddr, cfg, exec, log); err != nil {
 		log.Error("testworker failed", zap.Error(err))
 		if errors.Is(err, store.ErrNodeAlive) {
 			return exitRefused
@@ -136,11 +143,11 @@ func run() int {
 }
 
 // serve runs the node until ctx ends, then shuts it down gracefully.
-func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr string, cfg node.Config,
+func serve(ctx context.Context, dsn string, at ledgerAt, maxConns int, httpAddr string, cfg node.Config,
 	exec kinds.ExecConfig, log *zap.Logger) error {
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	s, err := postgres.New(startCtx, dsn, postgres.WithMaxConns(maxConns), postgres.WithApplicationName("flotilla-testworker"))
+	s, err := openStore(startCtx, dsn, maxConns)
 	if err != nil {
 		return err
 	}
@@ -148,7 +155,7 @@ func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr st
 	if _, err := s.Migrate(startCtx, 0); err != nil {
 		return err
 	}
-	ledger, err := openLedger(startCtx, ledgerDSN, log)
+	ledger, err := openLedger(startCtx, at, log)
 	if err != nil {
 		return err
 	}
@@ -179,4 +186,17 @@ func serve(ctx context.Context, dsn, ledgerDSN string, maxConns int, httpAddr st
 	<-ctx.Done()
 	log.Info("shutting down", zap.String("node", n.ID()))
 	return n.Shutdown(context.Background())
+}
+
+// openStore opens the fleet's store: PostgreSQL with a small pool, or the
+// SQLite file a sqlite: DSN names.
+func openStore(ctx context.Context, dsn string, maxConns int) (store.Store, error) {
+	target, err := storedsn.Parse(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if target.Kind == storedsn.SQLite {
+		return target.Open(ctx)
+	}
+	return postgres.New(ctx, dsn, postgres.WithMaxConns(maxConns), postgres.WithApplicationName("flotilla-testworker"))
 }

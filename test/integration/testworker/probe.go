@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -28,15 +29,49 @@ type ProbePayload struct {
 const ledgerTimeout = 30 * time.Second
 
 // ledger writes the probe's records: one row per execution, inserted when
-// the handler starts and completed when it returns.
+// the handler starts and completed when it returns; or, with a file, one
+// line when it starts and one when it returns.
 type ledger struct {
-	pool *pgxpool.Pool
+	pool *pgxpool.Pool // nil when the ledger is a file
+	file *os.File
 	pid  int
 	log  *zap.Logger
 }
 
-func openLedger(ctx context.Context, dsn string, log *zap.Logger) (*ledger, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+// ledgerAt is where the ledger goes: a PostgreSQL database, or a file.
+type ledgerAt struct{ dsn, file string }
+
+// FileRecord is one line of a file ledger: an execution's start (Event
+// "start", with what identifies the attempt) or its end (Event "end", with
+// its outcome). Times are this process's wall clock.
+type FileRecord struct {
+	Event        string    `json:"ev"`
+	Task         int64     `json:"task"`
+	ClaimSeq     int64     `json:"claim_seq"`
+	Attempt      int       `json:"attempt,omitempty"`
+	Epoch        int64     `json:"epoch,omitempty"`
+	Bucket       int       `json:"bucket"`
+	Node         string    `json:"node,omitempty"`
+	PID          int       `json:"pid"`
+	LimitKey     string    `json:"limit_key,omitempty"`
+	Schedule     string    `json:"schedule,omitempty"`
+	ScheduledFor time.Time `json:"scheduled_for,omitzero"`
+	At           time.Time `json:"at"`
+	Outcome      string    `json:"outcome,omitempty"`
+}
+
+func openLedger(ctx context.Context, at ledgerAt, log *zap.Logger) (*ledger, error) {
+	if at.file != "" {
+		// Each line is one write to a file opened for appending: a line
+		// is never torn by another's, and a process killed with SIGKILL
+		// leaves every line it wrote, in the page cache if not on disk.
+		f, err := os.OpenFile(at.file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--ledger-file: %w", err)
+		}
+		return &ledger{file: f, pid: os.Getpid(), log: log}, nil
+	}
+	cfg, err := pgxpool.ParseConfig(at.dsn)
 	if err != nil {
 		return nil, fmt.Errorf("--ledger-dsn: %w", err)
 	}
@@ -53,7 +88,25 @@ func openLedger(ctx context.Context, dsn string, log *zap.Logger) (*ledger, erro
 	return &ledger{pool: pool, pid: os.Getpid(), log: log}, nil
 }
 
-func (l *ledger) close() { l.pool.Close() }
+// writeLine appends one record to the file ledger.
+func (l *ledger) writeLine(r FileRecord) error {
+	r.PID = l.pid
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = l.file.Write(append(line, '\n'))
+	return err
+}
+
+func (l *ledger) close() {
+	if l.pool != nil {
+		l.pool.Close()
+	}
+	if l.file != nil {
+		_ = l.file.Close()
+	}
+}
 
 // The ledger's statements. Start and end times are this process's wall
 // clock: every process of a scenario runs on one machine, and the times
@@ -120,9 +173,15 @@ func (l *ledger) probe(ctx context.Context, t *task.Task) error {
 	}
 
 	var row int64
-	err = l.retry(ctx, func(wctx context.Context) error {
-		return l.pool.QueryRow(wctx, startSQL, t.ID, t.Attempt, t.ClaimSeq, t.Epoch, t.Node, t.Owner, l.pid, started).Scan(&row)
-	})
+	if l.file != nil {
+		err = l.writeLine(FileRecord{Event: "start", Task: t.ID, ClaimSeq: t.ClaimSeq, Attempt: t.Attempt, Epoch: t.Epoch,
+			Bucket: t.Bucket, Node: t.Node, LimitKey: store.LimitKeyOf(t.Key, t.LimitKey), Schedule: t.Schedule,
+			ScheduledFor: t.ScheduledFor, At: started})
+	} else {
+		err = l.retry(ctx, func(wctx context.Context) error {
+			return l.pool.QueryRow(wctx, startSQL, t.ID, t.Attempt, t.ClaimSeq, t.Epoch, t.Node, t.Owner, l.pid, started).Scan(&row)
+		})
+	}
 	if err != nil {
 		// Nothing has been done yet: the attempt fails and is retried.
 		return fmt.Errorf("probe: recording the start: %w", err)
@@ -139,10 +198,14 @@ func (l *ledger) probe(ctx context.Context, t *task.Task) error {
 	}
 	ended := time.Now()
 
-	err = l.retry(ctx, func(wctx context.Context) error {
-		_, err := l.pool.Exec(wctx, endSQL, row, ended, outcome)
-		return err
-	})
+	if l.file != nil {
+		err = l.writeLine(FileRecord{Event: "end", Task: t.ID, ClaimSeq: t.ClaimSeq, At: ended, Outcome: outcome})
+	} else {
+		err = l.retry(ctx, func(wctx context.Context) error {
+			_, err := l.pool.Exec(wctx, endSQL, row, ended, outcome)
+			return err
+		})
+	}
 	if err != nil {
 		l.log.Error("probe: recording the end failed; the ledger row stays open",
 			zap.Int64("task", t.ID), zap.Int("attempt", t.Attempt), zap.Error(err))
