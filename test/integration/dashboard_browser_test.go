@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flotilla-dev/flotilla/internal/testenv"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -32,21 +32,16 @@ const screenshotDirEnv = "FLOTILLA_SCREENSHOTS"
 // uiToken signs the test's operator in to `worker ui`.
 const uiTestToken = "browser-test-token-0123456789"
 
-// browserPaths are where a Chromium may be, Debian's first.
-var browserPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
-
 func findBrowser(t *testing.T) string {
 	t.Helper()
-	for _, p := range browserPaths {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
+	path, err := testenv.Browser()
+	if err != nil {
+		// Not a skip: the dashboard's behaviour in a browser is part of
+		// what this suite checks. .ci/run installs Chromium when it is
+		// missing, and make test says so before it starts.
+		t.Fatal(err)
 	}
-	// Not a skip: the dashboard's behaviour in a browser is part of what
-	// this suite checks. .ci/run installs Chromium when it is missing.
-	t.Fatalf("no browser found (looked for %s): install Chromium, e.g. apt-get install -y chromium",
-		strings.Join(browserPaths, ", "))
-	return ""
+	return path
 }
 
 // browser starts a headless Chromium with a fresh profile and returns a
