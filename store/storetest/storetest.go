@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,9 +81,11 @@ type testBundle struct {
 	ctx context.Context
 }
 
-// setup opens and migrates a fresh store.
+// setup opens and migrates a fresh store, for a test that runs in
+// parallel with the others.
 func setup(t *testing.T, h Harness) *testBundle {
 	t.Helper()
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	s := h.Open(t)
@@ -187,6 +190,19 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// parallel runs the test beside the suite's others. Each test has a store
+// of its own, and against a real server most of a test's time is spent
+// waiting for it (its database created, migrated and dropped), so the suite
+// takes a fraction of its serial time. A test may open several stores: it
+// asks once.
+func parallel(t *testing.T) {
+	if _, asked := parallelTests.LoadOrStore(t, true); !asked {
+		t.Parallel()
+	}
+}
+
+var parallelTests sync.Map // *testing.T -> true, once it called t.Parallel
 
 func nodeOf(owner string) string { return "node-" + owner }
 
