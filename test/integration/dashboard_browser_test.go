@@ -147,8 +147,7 @@ var dashboardAddr = regexp.MustCompile(`serving the dashboard\s+\{"addr": "([^"]
 // startUI starts `worker ui` on a free port and returns its base URL.
 func startUI(t *testing.T, f *fleet) string {
 	t.Helper()
-	t.Setenv("FLOTILLA_UI_TOKEN", uiTestToken)
-	p := f.worker("ui", "--listen", "127.0.0.1:0")
+	p := startBinaryWithEnv(t, workerBinary, f.dsn, []string{"FLOTILLA_UI_TOKEN=" + uiTestToken}, "ui", "--listen", "127.0.0.1:0")
 	var addr string
 	if !poll(startWithin, func() bool {
 		m := dashboardAddr.FindStringSubmatch(p.output())
@@ -168,14 +167,15 @@ func startUI(t *testing.T, f *fleet) string {
 // shows its trail ending in stopped; a node killed with SIGKILL shows its
 // buckets change colour as the other takes them over.
 func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	shots := newScreenshots(t)
 	alphaSet, all := mustSet(t, "0-31"), mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))
 	betaOwn := mustSet(t, fmt.Sprintf("32-%d", fleetBuckets-1))
-	alpha := f.worker("run", "--node-id", "alpha", "--buckets", alphaSet.String(), "--bucket-lease-ttl", "3s")
+	alpha := f.worker("run", "--node-id", "alpha", "--buckets", alphaSet.String(), "--bucket-lease-ttl", leaseTTL(3*time.Second).String())
 	f.waitUntilHeld("alpha", alphaSet, startWithin)
-	f.worker("run", "--node-id", "beta", "--buckets", all.String(), "--bucket-lease-ttl", "3s")
+	f.worker("run", "--node-id", "beta", "--buckets", all.String(), "--bucket-lease-ttl", leaseTTL(3*time.Second).String())
 	f.waitUntilHeld("beta", betaOwn, startWithin)
 	f.waitUntilStandingBy("beta", alphaSet)
 	base := startUI(t, f)
@@ -254,6 +254,7 @@ var healthAddr = regexp.MustCompile(`serving health checks and metrics\s+\{"addr
 // serves the health checks, Prometheus metrics whose figures match the
 // database, and a read-only dashboard, from the node's own process.
 func TestWorkerRunServesMetricsAndTheDashboard(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	p := f.worker("run", "--node-id", "solo", "--http", "127.0.0.1:0", "--ui")

@@ -14,6 +14,7 @@ import (
 // and checks that every task runs on the holder of its bucket, and only
 // there (invariant 1), with tasks routed by the command line's own hashing.
 func TestTwoWorkersRunEachBucketsTasks(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
@@ -116,20 +117,22 @@ func TestTwoWorkersRunEachBucketsTasks(t *testing.T) {
 // checks that a standby that declares the same buckets takes them once the
 // holder's leases expire, under new epochs, and serves them (DESIGN §6).
 func TestAStandbyTakesOverAfterKill9(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s")
+	ttl := leaseTTL(2 * time.Second)
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", ttl.String())
 	f.waitUntilHeld("holder", low, startWithin)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", ttl.String())
 	f.waitUntilStandingBy("standby", low)
 
 	// An observation window, not a wait: over three of the holder's
-	// heartbeats (TTL/3 = 667 ms), the standby, which asks for the same
+	// heartbeats (TTL/3 each), the standby, which asks for the same
 	// buckets every heartbeat, must get none of them, and the holder's
 	// renewals must keep their epochs.
 	before := epochs(f.mustBuckets(), low)
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+	for end := time.Now().Add(ttl); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
 		bs := f.mustBuckets()
 		if !allHeldBy(bs, low, "holder") {
 			t.Fatalf("while the holder lives, buckets 0-31 changed hands: %s", describeHolders(bs))
@@ -150,7 +153,7 @@ func TestAStandbyTakesOverAfterKill9(t *testing.T) {
 	killed := time.Now()
 	holder.kill9()
 	after := f.waitUntilHeld("standby", low, 30*time.Second)
-	t.Logf("takeover after kill -9: %v (TTL 2s, heartbeat 667ms)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("takeover after kill -9: %v (TTL %v, heartbeat %v)", time.Since(killed).Round(time.Millisecond), ttl, ttl/3)
 	for b, e := range epochs(after, low) {
 		if e <= before[b] {
 			t.Errorf("bucket %d: epoch %d after the takeover, want it above the holder's %d", b, e, before[b])
@@ -173,6 +176,7 @@ func TestAStandbyTakesOverAfterKill9(t *testing.T) {
 // releases its leases and announces it, so that a standby takes over long
 // before the 15 s TTL would have let it (DESIGN §6).
 func TestSigtermReleasesBucketsForAStandby(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low := mustSet(t, "0-31")
@@ -210,6 +214,7 @@ func TestSigtermReleasesBucketsForAStandby(t *testing.T) {
 // a node id that a live process uses: it must refuse to start, take no
 // lease, and leave the first process's leases alone (DESIGN §6).
 func TestASecondProcessWithALiveNodeIDIsRefused(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")

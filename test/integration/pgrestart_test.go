@@ -12,6 +12,7 @@ import (
 // restart breaks no connection but the fleet's: the test runs beside the
 // others.
 func TestFaultPostgresRestart(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	needsPostgres(t)
 	server := testdb.StartServer(t)

@@ -17,6 +17,7 @@ import (
 // continues from the stored tick. No tick fires twice, and the only ticks
 // that may be missing are those inside the failover window.
 func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	if _, stderr, code := f.cli("schedule", "add", "--every", "1s", "--kind", "noop", "beat"); code != 0 {
@@ -24,7 +25,7 @@ func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
 	}
 	procs := map[string]*proc{}
 	for _, id := range []string{"n1", "n2", "n3"} {
-		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", "2s")
+		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", leaseTTL(2*time.Second).String())
 	}
 	holder := f.scheduleHolder("beat", "")
 	f.waitForTicks("beat", 4)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -389,7 +390,7 @@ SELECT count(*) FROM (SELECT 1 FROM flotilla_tasks WHERE schedule IS NOT NULL
 		for i := 1; i < len(ticks); i++ {
 			for missed := ticks[i-1].Add(time.Second); missed.Before(ticks[i]); missed = missed.Add(time.Second) {
 				fig.missedTicks++
-				if !inAny(missed, faults, scenarioLeaseTTL+5*time.Second) {
+				if !inAny(missed, faults, r.leaseTTL+patience.Scale(5*time.Second)) {
 					r.t.Errorf("schedule %s skipped the tick of %s, outside every fault window", name, missed.Format(time.StampMilli))
 				}
 			}
