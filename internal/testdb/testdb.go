@@ -31,8 +31,8 @@
 //
 // Tests must close every pool and connection they open (for example with
 // t.Cleanup(pool.Close) registered after New, so it runs before the drop).
-// Integration tests that should not run under -short must check
-// testing.Short themselves before calling New.
+// Under -short, which runs the unit tests only, New, Missing and
+// StartServer skip the test: `go test -short ./...` needs no PostgreSQL.
 //
 // A test that stops, restarts, kills, partitions or fills a server does
 // not do it to that one, which others use: it starts a server of its own
@@ -72,6 +72,7 @@ const noServerMessage = "set " + EnvDSN + " to a PostgreSQL server " +
 // test and its subtests have finished (t.Cleanup).
 func New(t testing.TB) string {
 	t.Helper()
+	skipIfShort(t)
 	admin, err := adminDSN()
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
@@ -95,12 +96,22 @@ func create(t testing.TB, admin, name string) {
 // dropped when the test has finished, like one of New.
 func Missing(t testing.TB) string {
 	t.Helper()
+	skipIfShort(t)
 	admin, err := adminDSN()
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
 	_, dsn := reserve(t, admin)
 	return dsn
+}
+
+// skipIfShort skips the test under -short, which starts no server and
+// reaches none.
+func skipIfShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped by -short")
+	}
 }
 
 // reserve draws a database name, registers its drop on the server of
