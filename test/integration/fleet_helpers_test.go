@@ -56,8 +56,8 @@ func newFleet(t *testing.T) *fleet {
 }
 
 // testStoreEnv picks the store of the tests that run on either: unset or
-// "postgres" for PostgreSQL, "sqlite" for SQLite. `make test` runs the CLI
-// tests a second time with it set to sqlite.
+// "postgres" for PostgreSQL, "sqlite" for SQLite. TestCLIOnSQLite runs the
+// CLI tests a second time with it set to sqlite.
 const testStoreEnv = "FLOTILLA_TEST_STORE"
 
 // onSQLite reports whether this run puts fleets on SQLite.

@@ -32,19 +32,25 @@ import (
 
 // workerBinary is the worker that TestMain built for this run, and
 // testWorkerBinary the test worker (./testworker): a node with the stock
-// kinds and the probe, which the fault scenarios run.
-var workerBinary, testWorkerBinary string
+// kinds and the probe, which the fault scenarios run. Both are in
+// workerDir.
+var workerDir, workerBinary, testWorkerBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse() // testing.Short needs the flags before m.Run parses them
 	if !testing.Short() {
-		dir, err := buildWorker()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			os.Exit(1)
+		// The SQLite pass (TestCLIOnSQLite) is given the binaries of the
+		// run that started it.
+		workerDir = os.Getenv(workerDirEnv)
+		if workerDir == "" {
+			var err error
+			if workerDir, err = buildWorker(); err != nil {
+				fmt.Fprintln(os.Stderr, "integration:", err)
+				os.Exit(1)
+			}
 		}
-		workerBinary = filepath.Join(dir, "worker")
-		testWorkerBinary = filepath.Join(dir, "testworker")
+		workerBinary = filepath.Join(workerDir, "worker")
+		testWorkerBinary = filepath.Join(workerDir, "testworker")
 	}
 	testdb.VerifyNoLeaks(m)
 }
