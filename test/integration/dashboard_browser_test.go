@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testenv"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -113,7 +114,7 @@ func (s *screenshots) take(ctx context.Context, name string) {
 // run runs browser actions with a deadline of their own.
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	actx, cancel := context.WithTimeout(ctx, browserWithin)
+	actx, cancel := context.WithTimeout(ctx, patience.Scale(browserWithin))
 	defer cancel()
 	for i, a := range actions {
 		if _, err := chromedp.Run(actx, a); err != nil {
@@ -169,6 +170,7 @@ func startUI(t *testing.T, f *fleet) string {
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	f := newFleet(t)
 	shots := newScreenshots(t)
 	alphaSet, all := mustSet(t, "0-31"), mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))

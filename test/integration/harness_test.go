@@ -360,11 +360,12 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
-// fleetSlots is how many tests run a fleet under load at once. The tests
-// run in parallel, most of them waiting on their processes; those that
-// keep several nodes busy would, all together, starve a 2-core machine
-// until its nodes' statements missed their deadlines (a renewal gets a
-// sixth of the lease TTL).
+// fleetSlots is how many tests run a fleet under load at once (the fault
+// scenarios of newRig, and the other tests that keep several nodes, a
+// browser or many processes busy). The tests run in parallel, most of them
+// waiting on their processes; the busy ones, all together, would starve a
+// 2-core machine until its nodes' statements missed their deadlines (a
+// renewal gets a sixth of the lease TTL).
 var fleetSlots = make(chan struct{}, 2)
 
 // takeFleetSlot waits for one of the fleetSlots, held until the test ends.

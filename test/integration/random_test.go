@@ -53,6 +53,7 @@ var (
 func TestRandomizedConcurrency(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	seed := *randomSeed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
@@ -175,7 +176,7 @@ func (f *randomFleet) start(prefix string, declared bucket.Set) {
 	sev := &severableStore{Store: s, Notifier: s, pg: s}
 	n, err := node.New(sev, node.Config{
 		NodeID: id, Buckets: declared, Concurrency: 8,
-		BucketLeaseTTL: 3 * time.Second, TaskLeaseTTL: 3 * time.Second,
+		BucketLeaseTTL: leaseTTL(3 * time.Second), TaskLeaseTTL: leaseTTL(3 * time.Second),
 		ReconcileInterval: 200 * time.Millisecond, CommandPoll: 100 * time.Millisecond,
 		PollInterval: 100 * time.Millisecond, StopGrace: 500 * time.Millisecond,
 		ShutdownTimeout: 300 * time.Millisecond,
@@ -190,7 +191,7 @@ func (f *randomFleet) start(prefix string, declared bucket.Set) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience.Scale(30*time.Second))
 		defer cancel()
 		_ = n.Shutdown(ctx)
 	})

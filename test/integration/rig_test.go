@@ -18,6 +18,7 @@ import (
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -96,8 +97,10 @@ type rig struct {
 	// proxyDSN, when set, is the fleet's DSN through a proxy.
 	proxyDSN string
 	// leaseTTL and taskLeaseTTL are the nodes' lease TTLs: the scenario's,
-	// stretched for the machine when the rig was made.
-	leaseTTL, taskLeaseTTL time.Duration
+	// stretched for the machine when the rig was made; misfire is how late
+	// a schedule tick may fire and still count as on time, stretched alike,
+	// since a loaded holder fires late without any fault.
+	leaseTTL, taskLeaseTTL, misfire time.Duration
 
 	mu    sync.Mutex
 	nodes map[string]*rigNode
@@ -147,7 +150,8 @@ func newRigOn(t *testing.T, f *fleet) *rig {
 	return &rig{
 		fleet: f, pool: pg.Pool(),
 		leaseTTL: leaseTTL(scenarioLeaseTTL), taskLeaseTTL: leaseTTL(scenarioTaskLeaseTTL),
-		nodes: map[string]*rigNode{}, deaths: map[int]time.Time{}, frozen: map[int][]window{},
+		misfire: leaseTTL(schedule.DefaultMisfire),
+		nodes:   map[string]*rigNode{}, deaths: map[int]time.Time{}, frozen: map[int][]window{},
 	}
 }
 
@@ -196,6 +200,7 @@ func (r *rig) start(spec nodeSpec) *rigNode {
 	args := []string{
 		"--node-id", spec.id, "--buckets", spec.buckets, "--ledger-dsn", r.dsn,
 		"--bucket-lease-ttl", r.leaseTTL.String(), "--task-lease-ttl", r.taskLeaseTTL.String(),
+		"--schedule-misfire", r.misfire.String(),
 		"--concurrency", "32", "--poll-interval", "250ms", "--command-poll", "500ms",
 		"--shutdown-timeout", "10s", "--stop-grace", "2s",
 	}

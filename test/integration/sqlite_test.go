@@ -115,6 +115,7 @@ func (b *syncBuffer) String() string {
 func TestSQLiteKill9UnderLoad(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	f := newSQLiteFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
 	// Leases long enough that the slow statements of race-enabled
@@ -277,6 +278,7 @@ func freezeOutsideTheWriteLock(t *testing.T, f *fleet, p *proc) {
 func TestSQLiteSigtermUnderLoad(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	f := newSQLiteFleet(t)
 	low := mustSet(t, "0-31")
 	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--concurrency", "4", "--poll-interval", "200ms")
