@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -578,7 +579,7 @@ func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
 			cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: store.CommandStop, IssuedBy: "op"})
 			answered <- answer{cmd, err}
 		}()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(patience.Scale(30 * time.Second))
 		for {
 			var waiting int
 			// Read outside mover's transaction, which would keep reading

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -53,6 +54,7 @@ func queryValue[T any](t testing.TB, s *postgres.Store, sql string, args ...any)
 // deadline.
 func receive(t *testing.T, sub store.Subscription, topic store.Topic, within time.Duration) store.Notification {
 	t.Helper()
+	within = patience.Scale(within)
 	timeout := time.NewTimer(within)
 	defer timeout.Stop()
 	for {
@@ -380,7 +382,7 @@ func TestListenSurvivesATerminatedConnection(t *testing.T) {
 
 	// Notifications sent while it reconnects are lost; keep creating tasks
 	// until one arrives, as a consumer's polling would.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(patience.Scale(60 * time.Second))
 	for {
 		if _, err := writer.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 7}}); err != nil {
 			t.Fatal(err)
@@ -771,7 +773,7 @@ func TestAStopCommittedWhileACompletionWaitsIsHonouredAndAcknowledged(t *testing
 // for a lock.
 func eventuallyWaiting(t *testing.T, s *postgres.Store, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for {
 		var waiting int
 		err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
