@@ -24,7 +24,9 @@ ifneq ($(FLOTILLA_TEST_DSN),)
   export FLOTILLA_TEST_DSN
 endif
 
-TEST_PKGS ?= ./...
+# The longest packages first: go test starts them in the order given, and
+# test/integration alone takes most of the run.
+TEST_PKGS ?= $(if $(wildcard test/integration),./test/integration/) $(if $(wildcard store),./store/...) ./...
 INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/integration),./test/integration/...)
 
 # Most of the suite's time is spent waiting (on PostgreSQL, on worker

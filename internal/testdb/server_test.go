@@ -44,6 +44,7 @@ func identityOf(t *testing.T, conn *pgx.Conn) identity {
 }
 
 func TestServerIsPrivateAndGoneAfterItsTest(t *testing.T) {
+	t.Parallel()
 	needsServerBinaries(t)
 	var (
 		pid  int
@@ -105,6 +106,7 @@ func TestServerIsPrivateAndGoneAfterItsTest(t *testing.T) {
 }
 
 func TestServerRestartBreaksConnectionsAndKeepsDataAndPort(t *testing.T) {
+	t.Parallel()
 	needsServerBinaries(t)
 	s := StartServer(t)
 	conn := connect(t, s.DSN())
@@ -132,6 +134,7 @@ func TestServerRestartBreaksConnectionsAndKeepsDataAndPort(t *testing.T) {
 }
 
 func TestServerStopAndStart(t *testing.T) {
+	t.Parallel()
 	needsServerBinaries(t)
 	s := StartServer(t)
 	s.Stop()
@@ -149,6 +152,7 @@ func TestServerStopAndStart(t *testing.T) {
 }
 
 func TestServerKillIsACrashThatStartRecoversFrom(t *testing.T) {
+	t.Parallel()
 	needsServerBinaries(t)
 	s := StartServer(t)
 	conn := connect(t, s.DSN())
@@ -179,6 +183,7 @@ func TestServerKillIsACrashThatStartRecoversFrom(t *testing.T) {
 }
 
 func TestCompareVersions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		a, b string
 		want int // its sign
