@@ -371,20 +371,29 @@ var fleetSlots = make(chan struct{}, 2)
 // takeFleetSlot waits for one of the fleetSlots, held until the test ends.
 func takeFleetSlot(t *testing.T) {
 	t.Helper()
+	asked := time.Now()
 	fleetSlots <- struct{}{}
 	t.Cleanup(func() { <-fleetSlots })
+	t.Logf("waited %v for a fleet slot; the load stretches deadlines %.1f times", time.Since(asked).Round(time.Millisecond), patience.Factor())
 }
 
 // leaseTTL is a bucket (or task) lease TTL for a test's nodes: base on a
-// quiet machine, stretched with the machine's load (patience.Scale). A node
-// renews its bucket leases every TTL/3 and gives each renewal TTL/6; at a
-// TTL of a few seconds, a loaded machine can take longer than that, and a
-// node whose first renewal fails at start exits. What the tests assert of
-// a failover is in units of the TTL, so a longer one changes only how long
-// they take.
+// quiet machine, stretched with the machine's load (patience.Factor), at
+// most maxLeaseStretch times. A node renews its bucket leases every TTL/3
+// and gives each renewal TTL/6; at a TTL of a few seconds, a loaded machine
+// can take longer than that, and a node whose first renewal fails at start
+// exits. What the tests assert of a failover is in units of the TTL, so a
+// longer one changes only how long they take; and every failover waits out
+// a TTL, hence the bound.
 func leaseTTL(base time.Duration) time.Duration {
-	return patience.Scale(base).Round(100 * time.Millisecond)
+	stretch := min(patience.Factor(), maxLeaseStretch)
+	return time.Duration(float64(base) * stretch).Round(100 * time.Millisecond)
 }
+
+// maxLeaseStretch bounds how much leaseTTL stretches a TTL: enough for a
+// renewal to outlast the slow statements of a 2-core machine that runs the
+// whole suite beside another build.
+const maxLeaseStretch = 3
 
 // inParallel runs fn(i) for i in [0, n) on at most workers goroutines.
 func inParallel(n, workers int, fn func(i int)) {
