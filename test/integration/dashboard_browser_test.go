@@ -170,7 +170,6 @@ func startUI(t *testing.T, f *fleet) string {
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
-	takeFleetSlot(t)
 	f := newFleet(t)
 	shots := newScreenshots(t)
 	alphaSet, all := mustSet(t, "0-31"), mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))

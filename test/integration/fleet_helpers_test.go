@@ -17,6 +17,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -32,11 +33,12 @@ const (
 	// long as the fleet needs.
 	startWithin = 30 * time.Second // a started worker holds its buckets
 	taskWithin  = 30 * time.Second // a submitted task reaches the state awaited
-
-	// queryTimeout bounds each read of the fleet's state, so that one stuck
-	// query cannot outlast the deadline of the wait it is part of.
-	queryTimeout = 5 * time.Second
 )
+
+// queryTimeout bounds each read of the fleet's state, so that one stuck
+// query cannot outlast the deadline of the wait it is part of; stretched
+// for the machine's load when the tests start.
+var queryTimeout = patience.Scale(5 * time.Second)
 
 // fleet is one test's database, migrated by `worker migrate`, with a client
 // to read its state.

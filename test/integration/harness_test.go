@@ -361,12 +361,13 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 // fleetSlots is how many tests run a fleet under load at once (the fault
-// scenarios of newRig, and the other tests that keep several nodes, a
-// browser or many processes busy). The tests run in parallel, most of them
-// waiting on their processes; the busy ones, all together, would starve a
-// 2-core machine until its nodes' statements missed their deadlines (a
-// renewal gets a sixth of the lease TTL).
-var fleetSlots = make(chan struct{}, 2)
+// scenarios of newRig, and the other tests that keep several nodes or
+// many processes busy). The tests run in parallel, most of them waiting on
+// their processes; the busy ones, all together, would starve a 2-core
+// machine until its nodes' statements missed their deadlines (a renewal
+// gets a sixth of the lease TTL). Alone on a quiet machine, each of them
+// keeps a core busy for a third to a whole of its time.
+var fleetSlots = make(chan struct{}, 3)
 
 // takeFleetSlot waits for one of the fleetSlots, held until the test ends.
 func takeFleetSlot(t *testing.T) {

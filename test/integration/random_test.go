@@ -53,7 +53,6 @@ var (
 func TestRandomizedConcurrency(t *testing.T) {
 	t.Parallel()
 	needsIntegration(t)
-	takeFleetSlot(t)
 	seed := *randomSeed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
