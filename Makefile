@@ -8,10 +8,12 @@ GO ?= go
 STATICCHECK_VERSION := v0.8.2
 TEST_TIMEOUT := 20m
 
-# Tests that need PostgreSQL read FLOTILLA_TEST_DSN (see internal/testdb).
-# Unless it is set already, use the local server when one answers on
-# 127.0.0.1:5432; otherwise leave it unset so a container is started.
-LOCAL_TEST_DSN := postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+# Tests that need PostgreSQL read FLOTILLA_TEST_DSN (see internal/testdb):
+# any database of the server; the tests create and drop their own from its
+# maintenance database. Unless it is set already, use the local server when
+# one answers on 127.0.0.1:5432; otherwise leave it unset so a container is
+# started.
+LOCAL_TEST_DSN := postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 PG_ISREADY := $(firstword $(shell command -v pg_isready) $(wildcard /usr/lib/postgresql/*/bin/pg_isready))
 ifeq ($(origin FLOTILLA_TEST_DSN),undefined)
   ifneq ($(PG_ISREADY),)
@@ -22,22 +24,23 @@ ifneq ($(FLOTILLA_TEST_DSN),)
   export FLOTILLA_TEST_DSN
 endif
 
+# The longest packages first: go test starts them in the order given, and
+# test/integration alone takes most of the run.
+TEST_PKGS ?= $(if $(wildcard test/integration),./test/integration/) $(if $(wildcard store),./store/...) ./...
 INTEGRATION_PKGS := $(if $(wildcard store),./store/...) $(if $(wildcard test/integration),./test/integration/...)
 
-# The PostgreSQL restart scenario breaks every connection to the server,
-# other tests' included, so `make test` and `make test-integration` run it
-# alone, after everything else, in a `go test -p 1` of its own.
-RESTART_TEST := TestFaultPostgresRestart
+# Most of the suite's time is spent waiting (on PostgreSQL, on worker
+# processes, on lease TTLs), so more runs at once than there are cores:
+# four test binaries (-p), each with up to eight tests that call t.Parallel
+# (test/integration bounds its busiest fleets itself).
+TEST_FLAGS := -race -count=1 -timeout $(TEST_TIMEOUT) -p 4 -parallel 8
 
-# The CLI integration tests run a second time with every fleet on an SQLite
-# file (FLOTILLA_TEST_STORE=sqlite). The scenarios that need a TCP proxy, a
-# server restart, row locks or the probe ledger stay PostgreSQL's; the kill
-# -9, SIGSTOP and SIGTERM scenarios on SQLite (TestSQLite*) run in the first
-# pass, as they always use SQLite.
-SQLITE_PASS := ^(TestBadBucketsExitTwo|TestSubmitRefusals|TestWorkerCLIFlagsAfterPositional|TestStopFromAThirdProcess|TestScheduleCLIRefusesBadDefinitions|TestScheduleCLILifecycle|TestTwoWorkersRunEachBucketsTasks|TestAStandbyTakesOverAfterKill9|TestSigtermReleasesBucketsForAStandby|TestASecondProcessWithALiveNodeIDIsRefused|TestStoppingAnExecTaskLeavesNoProcess|TestExecIsRefusedWithoutAnAllowList|TestAStandbyRescuesTheTaskOfAKilledHolder|TestAKilledHoldersTaskOnItsLastAttemptIsLost|TestWorkerReconcileRescuesOnlyUnheldBuckets)$$
+# suitecheck (internal/testenv) checks what the suite needs before it runs,
+# and that the server FLOTILLA_TEST_DSN names is the one it was after it.
+SUITECHECK := $(GO) run ./internal/testenv/suitecheck
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite charts tidy clean check-postgres
+.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite charts tidy clean
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -55,35 +58,33 @@ ifneq ($(wildcard cmd/worker),)
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/worker ./cmd/worker
 endif
 
-# make test needs PostgreSQL: FLOTILLA_TEST_DSN (set above when a local
-# server answers), or Docker for testcontainers to start one. Without
-# either, stop before running anything rather than fail test by test.
-check-postgres:
-	@if [ -z "$${FLOTILLA_TEST_DSN:-}" ] && [ -z "$${DOCKER_HOST:-}" ] && [ ! -S /var/run/docker.sock ] && \
-		! docker info >/dev/null 2>&1; then \
-		echo 'make test needs PostgreSQL, and found neither a server nor Docker: start a local PostgreSQL on 127.0.0.1:5432 that trusts the postgres user (Debian: apt install postgresql), set FLOTILLA_TEST_DSN to a server you have (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), or start Docker so the tests can run PostgreSQL in a container.' >&2; \
-		exit 1; \
-	fi
+# checked_test runs `go test $(TEST_FLAGS) $(1)` once suitecheck has found
+# everything the suite needs (or else stops before running anything, with
+# one message listing what is missing), and fails if the server
+# FLOTILLA_TEST_DSN names was restarted or reconfigured meanwhile: tests
+# create and drop databases there and do nothing else to it.
+define checked_test
+	@$(SUITECHECK) needs
+	@noted=$$(mktemp); trap 'rm -f "$$noted"' EXIT; \
+	$(SUITECHECK) identity "$$noted"; \
+	status=0; \
+	echo '$(GO) test $(TEST_FLAGS) $(1)'; \
+	$(GO) test $(TEST_FLAGS) $(1) || status=$$?; \
+	$(SUITECHECK) same "$$noted" || status=1; \
+	exit $$status
+endef
 
-test: check-postgres ## Run all tests with the race detector, as CI does (the PostgreSQL restart last, alone)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' ./...
-ifneq ($(wildcard test/integration),)
-	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
-endif
+test: ## Run all tests with the race detector, as CI does (checks first what they need)
+	$(call checked_test,$(TEST_PKGS))
 
-test-short: ## Run the unit tests only (-short)
+test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no browser
 	$(GO) test -short ./...
 
-test-integration: check-postgres ## Run the integration tests (store, test/integration)
+test-integration: ## Run the integration tests (store, test/integration)
 ifeq ($(strip $(INTEGRATION_PKGS)),)
 	@echo 'No integration test packages yet.'
 else
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '^$(RESTART_TEST)$$' $(INTEGRATION_PKGS)
-ifneq ($(wildcard test/integration),)
-	FLOTILLA_TEST_STORE=sqlite $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(SQLITE_PASS)' ./test/integration/
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '^$(RESTART_TEST)$$' ./test/integration/
-endif
+	$(call checked_test,$(INTEGRATION_PKGS))
 endif
 
 soak: ## Run the soak: 100,000 tasks over 4 nodes under kill -9 (minutes; not in CI)

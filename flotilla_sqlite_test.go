@@ -14,6 +14,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/sqlite"
 )
@@ -88,7 +89,7 @@ func TestSubmitTxOnSQLiteFollowsTheCallersTransaction(t *testing.T) {
 		if want := created[0].Bucket; n.Payload != bucketString(want) {
 			t.Errorf("notification %+v, want the committed task's bucket %d", n, want)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience.Scale(30 * time.Second)):
 		t.Fatal("no notification of the committed task")
 	}
 }

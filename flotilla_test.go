@@ -13,6 +13,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/schedule"
@@ -89,7 +90,7 @@ func keyIn(t *testing.T, p bucket.Policy, set bucket.Set) string {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within 30s: %s", what)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
@@ -175,7 +176,7 @@ func (b *pipelineBundle) statuses(t *testing.T, id int64) string {
 func (b *pipelineBundle) waitFor(t *testing.T, id int64, want string) {
 	t.Helper()
 	var got string
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for got = b.statuses(t, id); got != want; got = b.statuses(t, id) {
 		if time.Now().After(deadline) {
 			t.Fatalf("pipeline is %s after 30s, want %s", got, want)
@@ -351,7 +352,7 @@ func TestSubmitPipelineTxFollowsTheCallersTransaction(t *testing.T) {
 			if n.Payload != bucketString(p.Bucket) {
 				t.Errorf("notification %+v, want the committed pipeline's bucket %d", n, p.Bucket)
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(patience.Scale(30 * time.Second)):
 			t.Fatal("no notification of the committed pipeline")
 		}
 		b := newPipelineBundle(t, ctx, s, c)

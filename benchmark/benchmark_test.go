@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/benchmark"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
@@ -94,7 +95,7 @@ func TestInsertAndBurnDown(t *testing.T) {
 	// counters are published by backends at most once a second, or when
 	// they exit: wait for them rather than assert at once.
 	tb.store.Pool().Reset()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for {
 		after, err := benchmark.ReadDBStats(tb.ctx, tb.dsn)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/benchmark"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/sqlite"
@@ -77,7 +78,7 @@ func BenchmarkPipelineChain(b *testing.B) {
 				b.Fatal(err)
 			}
 			last := p.Steps[len(p.Steps)-1].Task.ID
-			deadline := time.Now().Add(10 * time.Minute)
+			deadline := time.Now().Add(patience.Scale(10 * time.Minute))
 			for {
 				t, err := s.GetTask(ctx, last)
 				if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/internal/testenv"
 )
 
 // example is one program under examples/ and the lines that prove its
@@ -136,6 +137,9 @@ var outboxWant = []string{
 const exampleTimeout = 90 * time.Second
 
 func TestExamplesRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the examples; skipped by -short")
+	}
 	dirs, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +161,13 @@ func TestExamplesRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", bin + string(filepath.Separator)}, pkgs...)...)
+	args := []string{"build", "-o", bin + string(filepath.Separator)}
+	if testenv.RaceEnabled {
+		// As the test was built: the examples are checked for races, and
+		// the build reuses the packages compiled for the test.
+		args = append(args, "-race")
+	}
+	build := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
 	}
@@ -200,11 +210,13 @@ func runExample(t *testing.T, binary string, extraEnv, want []string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLOTILLA_DSN=") && !strings.HasPrefix(kv, "TMPDIR=") {
+		if !strings.HasPrefix(kv, "FLOTILLA_DSN=") && !strings.HasPrefix(kv, "TMPDIR=") && !strings.HasPrefix(kv, "GORACE=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(append(cmd.Env, "TMPDIR="+tmp), extraEnv...)
+	// A race-enabled binary sleeps a second at exit by default.
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, strings.TrimSpace("GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cmd.Env = append(cmd.Env, extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v (context: %v)\n%s", filepath.Base(binary), err, ctx.Err(), out)

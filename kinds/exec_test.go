@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/task"
 )
 
@@ -388,7 +389,7 @@ func (b *execBundle) waitStarted(t *testing.T) int {
 	select {
 	case pgid := <-b.started:
 		return pgid
-	case <-time.After(execPatience):
+	case <-time.After(patience.Scale(execPatience)):
 		t.Fatal("no child started")
 		return 0
 	}
@@ -397,7 +398,7 @@ func (b *execBundle) waitStarted(t *testing.T) int {
 // waitFor polls cond until it holds, and fails the test after execPatience.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(execPatience)
+	deadline := time.Now().Add(patience.Scale(execPatience))
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up waiting for %s", what)
@@ -453,7 +454,7 @@ func stopAndWait(t *testing.T, cancel context.CancelCauseFunc, done <-chan error
 		if !errors.Is(err, stop) {
 			t.Errorf("err = %v, want the stop cause", err)
 		}
-	case <-time.After(execPatience):
+	case <-time.After(patience.Scale(execPatience)):
 		t.Fatal(late)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/flotilla-dev/flotilla/commands"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/metrics"
 	"github.com/flotilla-dev/flotilla/node"
@@ -147,7 +148,7 @@ func (b *testBundle) countTasks(t *testing.T, st task.Status, kind string) int {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for {
 		ok, state := cond()
 		if ok {

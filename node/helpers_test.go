@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
 	"github.com/flotilla-dev/flotilla/task"
@@ -173,7 +174,7 @@ func (b *testBundle) trail(t *testing.T, id int64) string {
 // far beyond what any correct run needs.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience.Scale(15 * time.Second))
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
@@ -188,7 +189,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // node's goroutines a moment between steps to act on each one.
 func (b *testBundle) advanceUntil(t *testing.T, what string, step time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience.Scale(15 * time.Second))
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
@@ -218,7 +219,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(15 * time.Second):
+	case <-time.After(patience.Scale(15 * time.Second)):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}

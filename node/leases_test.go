@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
 )
@@ -361,7 +362,7 @@ func eventuallyDone(t *testing.T, ctx context.Context) {
 	t.Helper()
 	select {
 	case <-ctx.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience.Scale(10 * time.Second)):
 		t.Fatal("the context did not end within 10s")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -64,7 +65,7 @@ func endOne(t *testing.T, gate chan<- struct{}) {
 	t.Helper()
 	select {
 	case gate <- struct{}{}:
-	case <-time.After(15 * time.Second):
+	case <-time.After(patience.Scale(15 * time.Second)):
 		t.Fatal("timed out waiting for a running task to end")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
@@ -325,7 +326,7 @@ func TestLimitFairnessAcrossKeys(t *testing.T) {
 				}
 				return bigBefore, small
 			}
-			deadline := time.Now().Add(5 * time.Minute)
+			deadline := time.Now().Add(patience.Scale(5 * time.Minute))
 			for {
 				bigBefore, small := bigStarted()
 				if small == smallKeys*perSmall || bigBefore >= big/10 {
@@ -543,6 +544,8 @@ func TestLimitFleetShareMovesBetweenHeartbeats(t *testing.T) {
 	}
 	// The first holder's tasks end one by one; with its share renewed
 	// only at heartbeats it would keep all 4 and start its own next ones.
+	// Not stretched for a loaded machine: past the heartbeat of 30 s, the
+	// wait could no longer tell the two apart.
 	deadline := time.Now().Add(15 * time.Second)
 	for secondLed.started() == 0 {
 		if time.Now().After(deadline) {

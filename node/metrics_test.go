@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/reconcile"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -73,7 +74,7 @@ func TestTheNodeTellsItsMetricsWhatItDidAndServesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience.Scale(10 * time.Second))
 	for {
 		m.mu.Lock()
 		done := len(m.finished) == 1

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -135,7 +136,7 @@ func TestTheOperatorRenewsItsLeasesWhileItWorks(t *testing.T) {
 	for range 4 {
 		b.clock.Advance(ttl / 3)
 		want := b.clock.Now().Add(ttl)
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(patience.Scale(30 * time.Second))
 		for {
 			leases, err := b.store.ListBuckets(b.ctx)
 			if err != nil {
@@ -154,7 +155,7 @@ func TestTheOperatorRenewsItsLeasesWhileItWorks(t *testing.T) {
 	var r operatorResult
 	select {
 	case r = <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience.Scale(30 * time.Second)):
 		t.Fatal("the run did not end within 30s of its rescue being released")
 	}
 	if r.err != nil {
@@ -210,7 +211,7 @@ func TestTheOperatorStopsWhenItsLeasesCannotBeTrusted(t *testing.T) {
 			var r operatorResult
 			select {
 			case r = <-done:
-			case <-time.After(30 * time.Second):
+			case <-time.After(patience.Scale(30 * time.Second)):
 				t.Fatal("the run went on for 30s after its lease was lost")
 			}
 			if !errors.Is(r.err, ErrOperatorLeaseLost) {

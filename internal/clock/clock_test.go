@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/flotilla-dev/flotilla/internal/patience"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,7 +42,7 @@ func TestRealAfterFunc(t *testing.T) {
 	Real{}.AfterFunc(time.Millisecond, func() { close(done) })
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience.Scale(10 * time.Second)):
 		t.Fatal("a real timer did not fire")
 	}
 }

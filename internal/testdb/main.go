@@ -9,7 +9,8 @@ import (
 )
 
 // Run runs the tests and then terminates the PostgreSQL container, if one
-// was started, and returns the exit code for os.Exit. Use it as
+// was started, removes what the private servers of [StartServer] were
+// copied from, and returns the exit code for os.Exit. Use it as
 //
 //	func TestMain(m *testing.M) { os.Exit(testdb.Run(m)) }
 //
@@ -19,6 +20,12 @@ func Run(m *testing.M) int {
 	code := m.Run()
 	if err := Terminate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	if err := removeInitialised(); err != nil {
+		fmt.Fprintf(os.Stderr, "testdb: remove the initialised data directory of the private servers: %v\n", err)
 		if code == 0 {
 			code = 1
 		}

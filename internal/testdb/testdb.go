@@ -7,8 +7,10 @@
 // The server is taken from the FLOTILLA_TEST_DSN environment variable, for
 // example
 //
-//	FLOTILLA_TEST_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	FLOTILLA_TEST_DSN='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
 //
+// It may name any database of the server: the databases are created and
+// dropped from its maintenance database, postgres, which every server has.
 // The role in that DSN must be allowed to create databases. When the
 // variable is unset (or empty), the first call to New starts one PostgreSQL
 // container per test process with testcontainers-go; that needs a reachable
@@ -29,14 +31,16 @@
 //
 // Tests must close every pool and connection they open (for example with
 // t.Cleanup(pool.Close) registered after New, so it runs before the drop).
-// Integration tests that should not run under -short must check
-// testing.Short themselves before calling New.
+// Under -short, which runs the unit tests only, New, Missing and
+// StartServer skip the test: `go test -short ./...` needs no PostgreSQL.
+//
+// A test that stops, restarts, kills, partitions or fills a server does
+// not do it to that one, which others use: it starts a server of its own
+// with [StartServer].
 package testdb
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"testing"
@@ -60,7 +64,7 @@ const adminTimeout = 60 * time.Second
 
 // noServerMessage is the failure reported when there is no server to use.
 const noServerMessage = "set " + EnvDSN + " to a PostgreSQL server " +
-	"(e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable), " +
+	"(e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), " +
 	"or run Docker so the tests can start one"
 
 // New creates a fresh, empty database for the test and returns its DSN.
@@ -68,12 +72,23 @@ const noServerMessage = "set " + EnvDSN + " to a PostgreSQL server " +
 // test and its subtests have finished (t.Cleanup).
 func New(t testing.TB) string {
 	t.Helper()
-	admin, name, dsn := reserve(t)
+	skipIfShort(t)
+	admin, err := adminDSN()
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	name, dsn := reserve(t, admin)
+	create(t, admin, name)
+	return dsn
+}
+
+// create creates the database name on the server of admin.
+func create(t testing.TB, admin, name string) {
+	t.Helper()
 	ident := pgx.Identifier{name}.Sanitize()
 	if err := adminExec(admin, "CREATE DATABASE "+ident+" TEMPLATE template0"); err != nil {
 		t.Fatalf("testdb: create database %s on %s: %v", name, Redact(admin), err)
 	}
-	return dsn
 }
 
 // Missing returns the DSN of a database with a fresh name that does not
@@ -81,48 +96,70 @@ func New(t testing.TB) string {
 // dropped when the test has finished, like one of New.
 func Missing(t testing.TB) string {
 	t.Helper()
-	_, _, dsn := reserve(t)
-	return dsn
-}
-
-// reserve draws a database name, registers its drop, and returns the admin
-// DSN, the name and the DSN that names it.
-func reserve(t testing.TB) (admin, name, dsn string) {
-	t.Helper()
+	skipIfShort(t)
 	admin, err := adminDSN()
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	name, err = randomName()
-	if err != nil {
-		t.Fatalf("testdb: %v", err)
+	_, dsn := reserve(t, admin)
+	return dsn
+}
+
+// skipIfShort skips the test under -short, which starts no server and
+// reaches none.
+func skipIfShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped by -short")
 	}
-	dsn, err = withDatabase(admin, name)
-	if err != nil {
-		t.Fatalf("testdb: %s=%s: %v", EnvDSN, Redact(admin), err)
-	}
+}
+
+// reserve draws a database name, registers its drop on the server of
+// admin, and returns the name and the DSN that names it.
+func reserve(t testing.TB, admin string) (name, dsn string) {
+	t.Helper()
+	name, dsn = draw(t, admin)
 	ident := pgx.Identifier{name}.Sanitize()
 	t.Cleanup(func() {
-		// Asked again: a container restarted meanwhile (RestartContainer)
-		// may listen on another port.
-		if again, err := adminDSN(); err == nil {
-			admin = again
-		}
 		if err := adminExec(admin, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
 			t.Errorf("testdb: drop database %s on %s: %v", name, Redact(admin), err)
 		}
 	})
-	return admin, name, dsn
+	return name, dsn
 }
 
-// adminDSN returns the DSN of the server to create databases on: the one in
-// FLOTILLA_TEST_DSN, or else that of this process's container.
-func adminDSN() (string, error) {
-	if dsn := os.Getenv(EnvDSN); dsn != "" {
-		return dsn, nil
+// draw returns a fresh database name and the DSN of admin that names it.
+func draw(t testing.TB, admin string) (name, dsn string) {
+	t.Helper()
+	name = NamePrefix + randomHex(8)
+	dsn, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("testdb: %s: %v", Redact(admin), err)
 	}
-	return containerDSN()
+	return name, dsn
 }
+
+// adminDSN returns the DSN of the maintenance database of the server to
+// create databases on: the one FLOTILLA_TEST_DSN names, or else this
+// process's container.
+func adminDSN() (string, error) {
+	dsn := os.Getenv(EnvDSN)
+	if dsn == "" {
+		var err error
+		if dsn, err = containerDSN(); err != nil {
+			return "", err
+		}
+	}
+	admin, err := withDatabase(dsn, maintenanceDatabase)
+	if err != nil {
+		return "", fmt.Errorf("%s=%s: %w", EnvDSN, Redact(dsn), err)
+	}
+	return admin, nil
+}
+
+// maintenanceDatabase is the database every PostgreSQL server has, which
+// createdb connects to as well.
+const maintenanceDatabase = "postgres"
 
 // adminExec runs one statement on a connection of its own to dsn.
 func adminExec(dsn, sql string) error {
@@ -138,13 +175,4 @@ func adminExec(dsn, sql string) error {
 		err = fmt.Errorf("close: %w", cerr)
 	}
 	return err
-}
-
-// randomName returns NamePrefix followed by 16 random hex digits.
-func randomName() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("random database name: %w", err)
-	}
-	return NamePrefix + hex.EncodeToString(b[:]), nil
 }

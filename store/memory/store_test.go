@@ -11,6 +11,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/internal/clock"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/memory"
 	"github.com/flotilla-dev/flotilla/task"
@@ -243,7 +244,7 @@ func TestListenEndsWithItsContextAndWithClose(t *testing.T) {
 // drain reads ch until it is closed, failing the test if it stays open.
 func drain(t *testing.T, ch <-chan store.Notification) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(patience.Scale(10 * time.Second))
 	for {
 		select {
 		case _, open := <-ch:

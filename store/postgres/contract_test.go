@@ -13,7 +13,9 @@ import (
 )
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storetest.Harness{
+		Parallel: true,
 		Open: func(t *testing.T) store.Store {
 			return open(t, testdb.New(t))
 		},

@@ -12,6 +12,7 @@ import (
 )
 
 func TestEnsureDatabaseCreatesAMissingOneOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs PostgreSQL")
 	}
@@ -38,6 +39,7 @@ func TestEnsureDatabaseCreatesAMissingOneOnce(t *testing.T) {
 }
 
 func TestNodesStartingTogetherOnAFreshServerAllCreateAndMigrate(t *testing.T) {
+	t.Parallel()
 	// What `worker run` and `worker migrate` do at start, from several
 	// processes at once on a server where the fleet's database is missing.
 	const starters = 6

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -27,6 +28,7 @@ import (
 // first claim on a table of a page or none, never analyzed, and keeps it
 // as the table grows.
 func TestClaimUsesTheClaimIndex(t *testing.T) {
+	t.Parallel()
 	t.Run("analyzed", func(t *testing.T) {
 		testClaimPlan(t, func(ctx context.Context, s *Store) { fillForPlans(ctx, t, s, true) })
 	})
@@ -182,6 +184,7 @@ func indexCondBoundsBucket(plan []string) bool {
 }
 
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ dsn, want string }{
 		{"", ""},
 		{"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
@@ -213,6 +216,7 @@ func TestRedact(t *testing.T) {
 }
 
 func TestPasswords(t *testing.T) {
+	t.Parallel()
 	for dsn, want := range map[string]string{
 		"postgres://u:s%40cret@h/db":             "s@cret",
 		"postgres://u@h/db?password=pw&x=1":      "pw",
@@ -234,6 +238,7 @@ func TestPasswords(t *testing.T) {
 // statement timeout), so its transaction rolls back and no task is left
 // claimed behind a caller that has given up on the answer.
 func TestASlowClaimIsRolledBackByTheDatabase(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dsn := testdb.New(t)
@@ -296,6 +301,7 @@ func TestASlowClaimIsRolledBackByTheDatabase(t *testing.T) {
 }
 
 func TestCreatedMeanwhileKnowsBothAnswersOfALostRace(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		err  error
@@ -323,6 +329,7 @@ func TestCreatedMeanwhileKnowsBothAnswersOfALostRace(t *testing.T) {
 // fan-out's steps, so that a fan-out of 10,000 burned down at a third of
 // the plain rate.
 func TestAdvanceLooksUpDependentsByID(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -440,6 +447,7 @@ func planAfterAnalyze(ctx context.Context, t *testing.T, s *Store, table string,
 // command whose task row another transaction holds waits for it, and, its
 // deadline passed, writes nothing either.
 func TestARefusedCommandLeavesNothingAndKeepsItsConnection(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t, WithMaxConns(2))
@@ -521,6 +529,7 @@ func TestARefusedCommandLeavesNothingAndKeepsItsConnection(t *testing.T) {
 // flag. A lease renewal that commits first leaves the task running, and
 // the stop is issued on it.
 func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t, WithMaxConns(4))
@@ -570,7 +579,7 @@ func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
 			cmd, err := s.IssueCommand(ctx, store.NewCommand{TaskID: id, Kind: store.CommandStop, IssuedBy: "op"})
 			answered <- answer{cmd, err}
 		}()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(patience.Scale(30 * time.Second))
 		for {
 			var waiting int
 			// Read outside mover's transaction, which would keep reading
@@ -631,6 +640,7 @@ func TestAStopWaitingOnAMoveDecidesOnTheTaskAsTheMoveLeftIt(t *testing.T) {
 // unique key taken) announces nothing and leaves its connection usable; a
 // delayed task is not announced.
 func TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t, WithMaxConns(2))
@@ -683,6 +693,7 @@ func TestASmallCreateAnnouncesItsDueTasksOnlyOnceCommitted(t *testing.T) {
 // statistics that have seen the queued tasks or not, it walks the claim
 // index and never scans the task table.
 func TestLimitedClaimPlans(t *testing.T) {
+	t.Parallel()
 	t.Run("analyzed", func(t *testing.T) { testLimitedClaimPlan(t, true) })
 	t.Run("not_analyzed", func(t *testing.T) { testLimitedClaimPlan(t, false) })
 	// A node's connection makes the generic plan at its first limited
@@ -775,6 +786,7 @@ func sqlLiteral(t *testing.T, v any) string {
 // could come as early in the round robin (sureDecides), the claim takes
 // them and never runs its ranking; otherwise it ranks.
 func TestLimitedClaimRanksOnlyWhenTheFirstOfEachKeyDoNotDecide(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, c := range []struct {
@@ -830,6 +842,7 @@ func TestLimitedClaimRanksOnlyWhenTheFirstOfEachKeyDoNotDecide(t *testing.T) {
 // index, not walk the whole backlog of its buckets, which holds mostly
 // tasks that need nothing.
 func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -851,6 +864,7 @@ func TestResourceWaitReasonsReadOnlyTheTasksThatNeedResources(t *testing.T) {
 // held when it was made: analyzed with a deep backlog that needs nothing,
 // or a page or none never analyzed, that then grows.
 func TestTheProbeForTasksThatNeedResourcesReadsTheirIndex(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	check := func(t *testing.T, s *Store, name string) {
@@ -883,6 +897,7 @@ func TestTheProbeForTasksThatNeedResourcesReadsTheirIndex(t *testing.T) {
 // that one to its next send, and so never holds up the lock's holder
 // either. Forced here with a locking read held open on one of two rows.
 func TestWaitReasonsPassOverALockedRow(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -950,6 +965,7 @@ func TestWaitReasonsPassOverALockedRow(t *testing.T) {
 // table held when they were planned, the lock and the advance read the
 // task table by its indexes.
 func TestAnOutcomeWritesPlanStaysRightAsTheTableGrows(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -981,6 +997,7 @@ func TestAnOutcomeWritesPlanStaysRightAsTheTableGrows(t *testing.T) {
 // migration to 8 lists them in flotilla_pipeline_steps, so that a pipeline
 // created before it still shows every step after it.
 func TestMigrationEightListsThePipelinesOfAnOlderSchema(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := New(ctx, testdb.New(t))
@@ -1033,6 +1050,7 @@ func TestMigrationEightListsThePipelinesOfAnOlderSchema(t *testing.T) {
 // page or none, never analyzed, and kept as the table grows. Under the
 // command's setting that plan reads the task by its primary key.
 func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -1066,6 +1084,7 @@ func TestTheCommandsPlanStaysOnThePrimaryKey(t *testing.T) {
 // tables held when it was made: a fleet busier than when it was last
 // analyzed, and tables of a page or none, never analyzed, that then grow.
 func TestPendingCommandsStartFromTheCommands(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	check := func(t *testing.T, s *Store, name string) {
@@ -1129,6 +1148,7 @@ func TestPendingCommandsStartFromTheCommands(t *testing.T) {
 // among the commands; with one pending, it must (the contract's command
 // cases check what it then acknowledges).
 func TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -1206,6 +1226,7 @@ func TestAnOutcomeWriteLooksForCommandsOnlyWhenOneIsPending(t *testing.T) {
 // read the due index whatever the schedule table held when they were made:
 // many schedules analyzed, or a page or none never analyzed, that then grows.
 func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addSchedules := func(t *testing.T, s *Store, n int) {
@@ -1242,6 +1263,7 @@ func TestTheScheduleLoopsReadsStayOnTheDueIndex(t *testing.T) {
 // buckets, a node holding 16 must read those 16 leases by their key, never
 // the whole lease table, or the renewals' cost grows with the fleet.
 func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedFleet(ctx, t, 1024)
@@ -1280,6 +1302,7 @@ func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
 // TestConnectionsRunWithoutJIT: the store's connections, of both pools,
 // never compile a statement (see New).
 func TestConnectionsRunWithoutJIT(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -1303,6 +1326,7 @@ func TestConnectionsRunWithoutJIT(t *testing.T) {
 // made each node's pass cost what the whole fleet runs. The plan is checked
 // on analyzed tables and on tables of 0, 50 and 500 rows never analyzed.
 func TestTheExpiredTasksReadProbesEachHeldBucket(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addRunning := func(t *testing.T, s *Store, n int) {

@@ -16,6 +16,7 @@ import (
 // It takes about 10 ms; under claimSettingSQL's enable_sort off it took two
 // seconds and was cancelled, and a fleet with limits claimed nothing.
 func TestLimitedClaimFinishesWellWithinItsTimeout(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)
@@ -54,6 +55,7 @@ func TestLimitedClaimFinishesWellWithinItsTimeout(t *testing.T) {
 // claim go through, and only a share take waits. A limit shared by the
 // fleet costs its claims no lock that other nodes hold.
 func TestFleetLimitedClaimsTakeNoLockOfTheLimit(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s := migratedStore(ctx, t)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -53,6 +54,7 @@ func queryValue[T any](t testing.TB, s *postgres.Store, sql string, args ...any)
 // deadline.
 func receive(t *testing.T, sub store.Subscription, topic store.Topic, within time.Duration) store.Notification {
 	t.Helper()
+	within = patience.Scale(within)
 	timeout := time.NewTimer(within)
 	defer timeout.Stop()
 	for {
@@ -71,6 +73,7 @@ func receive(t *testing.T, sub store.Subscription, topic store.Topic, within tim
 }
 
 func TestMigrateConcurrentlyOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	dsn := testdb.New(t)
 	stores := []*postgres.Store{open(t, dsn), open(t, dsn), open(t, dsn)}
@@ -113,6 +116,7 @@ func TestMigrateConcurrentlyOnAFreshDatabase(t *testing.T) {
 }
 
 func TestMetaOfAnOlderSchemaAsksForMigrate(t *testing.T) {
+	t.Parallel()
 	s := migrated(t, 8)
 	if _, err := s.Pool().Exec(context.Background(), `DELETE FROM flotilla_schema_migrations`); err != nil {
 		t.Fatal(err)
@@ -128,6 +132,7 @@ func TestMetaOfAnOlderSchemaAsksForMigrate(t *testing.T) {
 }
 
 func TestCreateTasksTx(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := migrated(t, 8)
 	sub, err := s.Listen(ctx, store.TopicTasks)
@@ -250,6 +255,7 @@ func jsonEqual(a, b json.RawMessage) bool {
 }
 
 func TestInsertAndCopyPathsAgree(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	dsn := testdb.New(t)
 	s := open(t, dsn)
@@ -343,6 +349,7 @@ func TestInsertAndCopyPathsAgree(t *testing.T) {
 }
 
 func TestListenSurvivesATerminatedConnection(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	dsn := testdb.New(t)
 	s := open(t, dsn)
@@ -375,7 +382,7 @@ func TestListenSurvivesATerminatedConnection(t *testing.T) {
 
 	// Notifications sent while it reconnects are lost; keep creating tasks
 	// until one arrives, as a consumer's polling would.
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(patience.Scale(60 * time.Second))
 	for {
 		if _, err := writer.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 7}}); err != nil {
 			t.Fatal(err)
@@ -415,6 +422,7 @@ func TestListenSurvivesATerminatedConnection(t *testing.T) {
 }
 
 func TestCloseEndsSubscriptions(t *testing.T) {
+	t.Parallel()
 	dsn := testdb.New(t)
 	s, err := postgres.New(testContext(t), dsn)
 	if err != nil {
@@ -433,6 +441,7 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 }
 
 func TestUnreachableDatabaseFailsFastWithoutThePassword(t *testing.T) {
+	t.Parallel()
 	for _, dsn := range []string{
 		"postgres://u:secret@127.0.0.1:1/x",
 		"host=127.0.0.1 port=1 user=u password=secret dbname=x",
@@ -462,6 +471,7 @@ func TestUnreachableDatabaseFailsFastWithoutThePassword(t *testing.T) {
 }
 
 func TestConnectionSettings(t *testing.T) {
+	t.Parallel()
 	s := open(t, testdb.New(t), postgres.WithStatementTimeout(1500*time.Millisecond), postgres.WithMaxConns(3))
 	for setting, want := range map[string]string{
 		"plan_cache_mode":   "force_custom_plan",
@@ -485,6 +495,7 @@ func TestConnectionSettings(t *testing.T) {
 }
 
 func TestAdvanceActiveSameTaskTwiceInOneBatch(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := migrated(t, 8)
 	if _, err := s.CreateTasks(ctx, []store.NewTask{{Kind: "noop", Bucket: 1}}); err != nil {
@@ -541,6 +552,7 @@ func running(t *testing.T, s *postgres.Store, b int, nt store.NewTask) (*task.Ta
 }
 
 func TestAPendingStopWinsOverAPause(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := migrated(t, 8)
 	c, _ := running(t, s, 1, store.NewTask{})
@@ -572,6 +584,7 @@ func TestAPendingStopWinsOverAPause(t *testing.T) {
 }
 
 func TestMovesThatMakeWorkAreAnnounced(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := migrated(t, 8)
 	c, _ := running(t, s, 5, store.NewTask{})
@@ -605,6 +618,7 @@ func TestMovesThatMakeWorkAreAnnounced(t *testing.T) {
 }
 
 func TestDocumentsReadBack(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := migrated(t, 8)
 	c, _ := running(t, s, 1, store.NewTask{})
@@ -629,6 +643,7 @@ func TestDocumentsReadBack(t *testing.T) {
 }
 
 func TestLeasesAndHeartbeatsDoNotWaitForTheApplicationsConnections(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	const mainConns = 3
 	s := migrated(t, 16, postgres.WithMaxConns(mainConns))
@@ -695,6 +710,7 @@ func TestLeasesAndHeartbeatsDoNotWaitForTheApplicationsConnections(t *testing.T)
 // command in the same move, although the command row did not exist when the
 // completion was sent.
 func TestAStopCommittedWhileACompletionWaitsIsHonouredAndAcknowledged(t *testing.T) {
+	t.Parallel()
 	for _, move := range []string{"completion", "rescue"} {
 		t.Run(move, func(t *testing.T) {
 			ctx := testContext(t)
@@ -757,7 +773,7 @@ func TestAStopCommittedWhileACompletionWaitsIsHonouredAndAcknowledged(t *testing
 // for a lock.
 func eventuallyWaiting(t *testing.T, s *postgres.Store, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	for {
 		var waiting int
 		err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
@@ -777,6 +793,7 @@ func eventuallyWaiting(t *testing.T, s *postgres.Store, n int) {
 // deliver the notification. Another process's store hears of them through
 // the server.
 func TestASubscriptionHearsOfItsOwnStoresTasksWhenTheyCommit(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	dsn := testdb.New(t)
 	s := open(t, dsn)
@@ -830,6 +847,7 @@ func TestASubscriptionHearsOfItsOwnStoresTasksWhenTheyCommit(t *testing.T) {
 // wait); a step cancelled meanwhile is not moved at all. Its sibling, which
 // nobody held, is released as usual.
 func TestAStepMovedWhileItsReleaseWaitsIsReleasedAsTheMoveLeftIt(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ move, status string }{{"pause", "paused"}, {"cancel", "cancelled"}} {
 		t.Run(c.move, func(t *testing.T) {
 			ctx := testContext(t)

@@ -15,6 +15,7 @@ import (
 // prune removes the others at once instead of waiting for the lock, and
 // takes the held one once it is free.
 func TestAPruneSkipsARowAnotherTransactionHoldsAndDoesNotWait(t *testing.T) {
+	t.Parallel()
 	s := migrated(t, 8)
 	ctx := testContext(t)
 	leases, err := s.AcquireBuckets(ctx, store.AcquireRequest{Owner: "p", Node: "p", Buckets: bucket.Of(0), TTL: time.Minute})

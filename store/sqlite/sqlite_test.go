@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/sqlite"
 	"github.com/flotilla-dev/flotilla/task"
@@ -125,7 +126,7 @@ func TestNotificationsReachAnotherProcess(t *testing.T) {
 		if n.Topic != store.TopicTasks || n.Payload != "6" {
 			t.Fatalf("notification %+v, want tasks in bucket 6", n)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience.Scale(30 * time.Second)):
 		t.Fatal("no notification from the other process")
 	}
 }
@@ -157,7 +158,7 @@ func TestOwnNotificationsAreNotDeliveredTwice(t *testing.T) {
 		if n.Payload != "7" {
 			t.Fatalf("after the handle's own notification came %+v again, want the other handle's bucket 7", n)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience.Scale(30 * time.Second)):
 		t.Fatal("no notification from the other handle")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -118,7 +119,9 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("DueScheduledAndRetryingIncluded", func(t *testing.T) {
 		b := setup(t, h)
 		later := b.create(store.NewTask{Key: "k", Bucket: 1, Delay: time.Hour})[0]
-		soon := b.create(store.NewTask{Key: "k", Bucket: 1, Delay: 300 * time.Millisecond})[0]
+		// Due after the first claim: a loaded machine takes long over the
+		// statements in between, hence the delay stretched for it.
+		soon := b.create(store.NewTask{Key: "k", Bucket: 1, Delay: patience.Scale(2 * time.Second).Round(time.Second)})[0]
 		held := b.hold("a", 1)
 		if got := b.claim("a", held, 10); len(got) != 0 {
 			t.Fatalf("tasks claimed before they were due: %v", ids(got))

@@ -14,6 +14,7 @@ import (
 
 func testFleet(t *testing.T, h Harness) {
 	t.Run("MetaBeforeMigrateAsksForMigrate", func(t *testing.T) {
+		parallel(t, h)
 		ctx := context.Background()
 		s := h.Open(t)
 		_, err := s.Meta(ctx)
@@ -27,6 +28,7 @@ func testFleet(t *testing.T, h Harness) {
 	})
 
 	t.Run("MigrateFixesTheBucketCount", func(t *testing.T) {
+		parallel(t, h)
 		ctx := context.Background()
 		s := h.Open(t)
 		meta, err := s.Migrate(ctx, 0)
@@ -54,6 +56,7 @@ func testFleet(t *testing.T, h Harness) {
 	})
 
 	t.Run("MigrateTwiceAndConcurrently", func(t *testing.T) {
+		parallel(t, h)
 		ctx := context.Background()
 		s := h.Open(t)
 		other := h.Reopen(t, s)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 )
 
@@ -28,7 +29,7 @@ func testNotifications(t *testing.T, h Harness) {
 
 	expect := func(topic store.Topic, what string) store.Notification {
 		t.Helper()
-		timeout := time.After(30 * time.Second)
+		timeout := time.After(patience.Scale(30 * time.Second))
 		for {
 			select {
 			case got, open := <-sub.C():
@@ -46,7 +47,7 @@ func testNotifications(t *testing.T, h Harness) {
 
 	// A subscription may need a moment to be in place; tasks created before
 	// that are not announced to it, so keep creating until one is.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience.Scale(30 * time.Second))
 	var got store.Notification
 	for {
 		b.create(store.NewTask{Key: "k", Bucket: 3}, store.NewTask{Key: "k", Bucket: 5})
@@ -138,7 +139,7 @@ func testNotifications(t *testing.T, h Harness) {
 		for open {
 			_, open = <-sub.C()
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience.Scale(30 * time.Second)):
 		t.Fatal("the subscription did not end with its context")
 	}
 }

@@ -5,10 +5,12 @@ package storetest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -38,6 +40,12 @@ type Harness struct {
 	// AgeFinished moves a finished task's end (finished_at) by into the
 	// past, as if it had finished that long ago.
 	AgeFinished func(t *testing.T, s store.Store, id int64, by time.Duration)
+	// Parallel runs the suite's tests in parallel: for a store whose tests
+	// spend their time waiting on a server (creating, migrating and dropping
+	// a database each), where it cuts the suite's time several-fold. A
+	// store whose tests keep the CPU busy gains nothing from it and only
+	// stretches each test.
+	Parallel bool
 }
 
 // Run runs the whole contract suite.
@@ -84,9 +92,11 @@ type testBundle struct {
 	ctx context.Context
 }
 
-// setup opens and migrates a fresh store.
+// setup opens and migrates a fresh store, for a test that runs in
+// parallel with the others.
 func setup(t *testing.T, h Harness) *testBundle {
 	t.Helper()
+	parallel(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	s := h.Open(t)
@@ -180,9 +190,11 @@ func (b *testBundle) runningTask(owner string, bucketNo int) (*task.Task, []stor
 	return claimed[0], held
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually polls cond until it holds or the deadline, stretched for the
+// machine (patience.Scale), passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	within = patience.Scale(within)
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -191,6 +203,20 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// parallel runs the test beside the suite's others when the harness asks
+// for it (Harness.Parallel); each test has a store of its own. A test may
+// open several stores: it asks once.
+func parallel(t *testing.T, h Harness) {
+	if !h.Parallel {
+		return
+	}
+	if _, asked := parallelTests.LoadOrStore(t, true); !asked {
+		t.Parallel()
+	}
+}
+
+var parallelTests sync.Map // *testing.T -> true, once it called t.Parallel
 
 func nodeOf(owner string) string { return "node-" + owner }
 

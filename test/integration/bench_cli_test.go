@@ -12,6 +12,7 @@ import (
 // measured, as JSON with --json, leaves every task finished, and refuses bad
 // flags with exit status 2 and a fleet in use with 3. No timing is asserted.
 func TestBenchCLI(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	dsn := testdb.New(t)
 
@@ -60,6 +61,7 @@ func TestBenchCLI(t *testing.T) {
 // TestBenchCLIBadFlags checks that bad values are refused before anything
 // connects, naming the value and what is valid.
 func TestBenchCLIBadFlags(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	const unreachable = "postgres://postgres@127.0.0.1:1/none"
 	for _, tc := range []struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -16,6 +17,7 @@ import (
 // leaving the bucket of the abandoned handler to lapse (its task is
 // rescued after the lease expires, never while it may still run here).
 func TestASecondSignalForcesTheExit(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	p := f.worker("run", "--node-id", "a", "--shutdown-timeout", "10m")
@@ -59,15 +61,19 @@ func TestASecondSignalForcesTheExit(t *testing.T) {
 // --wait-for-node-id logs whom it waits on and until when, and starts once
 // the old incarnation has expired, instead of exiting with status 3.
 func TestARestartWithTheSameNodeIDWaitsForTheOldIncarnation(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	all := mustSet(t, "0-63")
-	first := f.worker("run", "--node-id", "same", "--bucket-lease-ttl", "3s")
+	// Long enough that the old incarnation is still alive when the second
+	// process, started after the kill, looks: or it would not wait.
+	ttl := leaseTTL(5 * time.Second).String()
+	first := f.worker("run", "--node-id", "same", "--bucket-lease-ttl", ttl)
 	f.waitUntilHeld("same", all, startWithin)
 	old, _ := f.node("same")
 	first.kill9()
 
-	second := f.worker("run", "--node-id", "same", "--bucket-lease-ttl", "3s", "--wait-for-node-id")
+	second := f.worker("run", "--node-id", "same", "--bucket-lease-ttl", ttl, "--wait-for-node-id")
 	eventually(t, startWithin, "the restarted node says whom it waits on", func() bool {
 		out := second.output()
 		return strings.Contains(out, "waiting for the node id's live incarnation to expire") &&
@@ -87,6 +93,7 @@ func TestARestartWithTheSameNodeIDWaitsForTheOldIncarnation(t *testing.T) {
 // sleep task; it stops at its next checkpoint with how long it slept saved,
 // and after a resume sleeps only the rest.
 func TestTheSleepKindPausesAndResumes(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	f.worker("run", "--node-id", "a")

@@ -23,6 +23,7 @@ const (
 // exit status 2 and one line naming the bad token, before any lease is
 // taken; a malformed one before the database is even contacted.
 func TestBadBucketsExitTwo(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	// Nothing listens on port 1: a command that connected before checking
 	// its flags would fail there with status 1, not 2.
@@ -97,6 +98,7 @@ func checkNoLeaseNoNode(t *testing.T, f *fleet) {
 // wait unserved (invariants 7 and 11) unless told to accept it, and the
 // exit statuses and JSON of `submit` and `get` (DESIGN §9).
 func TestSubmitRefusals(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
@@ -278,6 +280,7 @@ func rfc3339UTC(t *testing.T, field, s string) time.Time {
 // positional argument is applied, and an unknown one refused, never ignored
 // (DESIGN §9). `worker get ID --json` is checked in TestSubmitRefusals.
 func TestWorkerCLIFlagsAfterPositional(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	// No --buckets: the node declares every bucket.

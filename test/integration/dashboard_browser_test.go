@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -19,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/internal/patience"
+	"github.com/flotilla-dev/flotilla/internal/testenv"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -38,21 +39,16 @@ const uiTestToken = "browser-test-token-0123456789"
 // The browser's window, and the screenshots' width.
 const windowWidth, windowHeight = 1280, 900
 
-// browserPaths are where a Chromium may be, Debian's first.
-var browserPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
-
 func findBrowser(t *testing.T) string {
 	t.Helper()
-	for _, p := range browserPaths {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
+	path, err := testenv.Browser()
+	if err != nil {
+		// Not a skip: the dashboard's behaviour in a browser is part of
+		// what this suite checks. .ci/run installs Chromium when it is
+		// missing, and make test says so before it starts.
+		t.Fatal(err)
 	}
-	// Not a skip: the dashboard's behaviour in a browser is part of what
-	// this suite checks. .ci/run installs Chromium when it is missing.
-	t.Fatalf("no browser found (looked for %s): install Chromium, e.g. apt-get install -y chromium",
-		strings.Join(browserPaths, ", "))
-	return ""
+	return path
 }
 
 // browser starts a headless Chromium with a fresh profile and returns a
@@ -136,7 +132,7 @@ func (s *screenshots) take(ctx context.Context, name string) {
 // run runs browser actions with a deadline of their own.
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	actx, cancel := context.WithTimeout(ctx, browserWithin)
+	actx, cancel := context.WithTimeout(ctx, patience.Scale(browserWithin))
 	defer cancel()
 	for i, a := range actions {
 		if _, err := chromedp.Run(actx, a); err != nil {
@@ -184,8 +180,7 @@ var dashboardAddr = regexp.MustCompile(`serving the dashboard\s+\{"addr": "([^"]
 // startUI starts `worker ui` on a free port and returns its base URL.
 func startUI(t *testing.T, f *fleet) string {
 	t.Helper()
-	t.Setenv("FLOTILLA_UI_TOKEN", uiTestToken)
-	p := f.worker("ui", "--listen", "127.0.0.1:0")
+	p := startBinaryWithEnv(t, workerBinary, f.dsn, []string{"FLOTILLA_UI_TOKEN=" + uiTestToken}, "ui", "--listen", "127.0.0.1:0")
 	var addr string
 	if !poll(startWithin, func() bool {
 		m := dashboardAddr.FindStringSubmatch(p.output())
@@ -205,14 +200,15 @@ func startUI(t *testing.T, f *fleet) string {
 // shows its trail ending in stopped; a node killed with SIGKILL shows its
 // buckets change colour as the other takes them over.
 func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	shots := newScreenshots(t)
 	alphaSet, all := mustSet(t, "0-31"), mustSet(t, fmt.Sprintf("0-%d", fleetBuckets-1))
 	betaOwn := mustSet(t, fmt.Sprintf("32-%d", fleetBuckets-1))
-	alpha := f.worker("run", "--node-id", "alpha", "--buckets", alphaSet.String(), "--bucket-lease-ttl", "3s", "--no-balance")
+	alpha := f.worker("run", "--node-id", "alpha", "--buckets", alphaSet.String(), "--bucket-lease-ttl", leaseTTL(3*time.Second).String(), "--no-balance")
 	f.waitUntilHeld("alpha", alphaSet, startWithin)
-	f.worker("run", "--node-id", "beta", "--buckets", all.String(), "--bucket-lease-ttl", "3s", "--no-balance")
+	f.worker("run", "--node-id", "beta", "--buckets", all.String(), "--bucket-lease-ttl", leaseTTL(3*time.Second).String(), "--no-balance")
 	f.waitUntilHeld("beta", betaOwn, startWithin)
 	f.waitUntilStandingBy("beta", alphaSet)
 	base := startUI(t, f)
@@ -285,6 +281,7 @@ var healthAddr = regexp.MustCompile(`serving health checks and metrics\s+\{"addr
 // serves the health checks, Prometheus metrics whose figures match the
 // database, and a read-only dashboard, from the node's own process.
 func TestWorkerRunServesMetricsAndTheDashboard(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	p := f.worker("run", "--node-id", "solo", "--http", "127.0.0.1:0", "--ui")
@@ -358,6 +355,7 @@ printf 'processing 40%%%%\r80%%%%\r' >&2; echo 'KeyError: customer_id' >&2; exit
 // each trail naming the operator. Screenshots of the fleet page, the
 // pipeline and the failed task are kept (docs/images holds a set).
 func TestConsoleFindsAndFixesAFailedPipelineStep(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	needsPostgres(t)
 	f := newFleet(t)

@@ -25,6 +25,7 @@ import (
 // and their buckets released; a handler that does not return is named, and
 // only its bucket is left to lapse.
 func TestASecondSignalReleasesWhatItsHandlersLeave(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	sh, err := exec.LookPath("sh")
@@ -101,6 +102,7 @@ func TestASecondSignalReleasesWhatItsHandlersLeave(t *testing.T) {
 // write (another user's, or a backup), in a directory this user may not
 // write, can be listed. A write there says which directory it needs.
 func TestReadCommandsReadAFileThisUserMayOnlyRead(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newSQLiteFleet(t)
 	id := f.submit("--kind", "noop", "--key", "k", "--allow-unowned")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/internal/testenv"
 	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
@@ -50,8 +51,10 @@ const elasticLeaseTTL = 3 * time.Second
 // TestAnElasticFleetSharesAndMovesBucketsLiveOnPostgreSQL is the scenario on
 // PostgreSQL.
 func TestAnElasticFleetSharesAndMovesBucketsLiveOnPostgreSQL(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
-	runElastic(t, newElasticFleet(t, testdb.New(t), elasticLeaseTTL))
+	takeFleetSlot(t)
+	runElastic(t, newElasticFleet(t, testdb.New(t), leaseTTL(elasticLeaseTTL)))
 }
 
 // TestAnElasticFleetSharesAndMovesBucketsLiveOnSQLite runs its nodes
@@ -60,9 +63,11 @@ func TestAnElasticFleetSharesAndMovesBucketsLiveOnPostgreSQL(t *testing.T) {
 // load, whose per-key limits then make each claim walk a growing queue, and
 // a single such node finished fewer than 400 tasks in a minute.
 func TestAnElasticFleetSharesAndMovesBucketsLiveOnSQLite(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	bin := plainTestWorker(t)
-	e := newElasticFleet(t, newSQLiteDatabase(t), elasticLeaseTTL)
+	e := newElasticFleet(t, newSQLiteDatabase(t), leaseTTL(elasticLeaseTTL))
 	e.bin = bin
 	runElastic(t, e)
 }
@@ -77,7 +82,7 @@ var plainWorker = struct {
 // per run, beside the race-enabled one.
 func plainTestWorker(t *testing.T) string {
 	t.Helper()
-	if !raceEnabled {
+	if !testenv.RaceEnabled {
 		return testWorkerBinary
 	}
 	plainWorker.once.Do(func() {

@@ -27,6 +27,7 @@ import (
 // and checks that nothing of the task's process group survives: the node
 // sends SIGTERM to the group, then SIGKILL after the stop grace.
 func TestStoppingAnExecTaskLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	f.worker("run", "--node-id", "runner", "--allow-exec", "sh", "--stop-grace", "1s")
@@ -67,6 +68,7 @@ func TestStoppingAnExecTaskLeavesNoProcess(t *testing.T) {
 // submit (exit 3, naming the kinds it runs); forced in with
 // --allow-unknown-kind, it waits, and nothing runs.
 func TestExecIsRefusedWithoutAnAllowList(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	f.worker("run", "--node-id", "plain")
@@ -96,6 +98,7 @@ func TestExecIsRefusedWithoutAnAllowList(t *testing.T) {
 // reads any process): only the node's being non-dumpable keeps the child
 // out, and the task fails on cat's Permission denied.
 func TestExecChildCannotReadTheNodeDSN(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	dsn, secret := withPassword(t, f.dsn)
@@ -128,6 +131,7 @@ func TestExecChildCannotReadTheNodeDSN(t *testing.T) {
 // TestExecUserRunsTheChildAsThatUser runs `worker run --exec-user nobody`:
 // as root the child runs as nobody; otherwise the node refuses to start.
 func TestExecUserRunsTheChildAsThatUser(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	args := []string{"run", "--node-id", "switcher", "--allow-exec", "id", "--exec-user", "nobody"}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/store/postgres"
@@ -32,11 +33,12 @@ const (
 	// long as the fleet needs.
 	startWithin = 30 * time.Second // a started worker holds its buckets
 	taskWithin  = 30 * time.Second // a submitted task reaches the state awaited
-
-	// queryTimeout bounds each read of the fleet's state, so that one stuck
-	// query cannot outlast the deadline of the wait it is part of.
-	queryTimeout = 5 * time.Second
 )
+
+// queryTimeout bounds each read of the fleet's state, so that one stuck
+// query cannot outlast the deadline of the wait it is part of; stretched
+// for the machine's load when the tests start.
+var queryTimeout = patience.Scale(5 * time.Second)
 
 // fleet is one test's database, migrated by `worker migrate`, with a client
 // to read its state.
@@ -56,8 +58,8 @@ func newFleet(t *testing.T) *fleet {
 }
 
 // testStoreEnv picks the store of the tests that run on either: unset or
-// "postgres" for PostgreSQL, "sqlite" for SQLite. `make test` runs the CLI
-// tests a second time with it set to sqlite.
+// "postgres" for PostgreSQL, "sqlite" for SQLite. TestCLIOnSQLite runs the
+// CLI tests a second time with it set to sqlite.
 const testStoreEnv = "FLOTILLA_TEST_STORE"
 
 // onSQLite reports whether this run puts fleets on SQLite.

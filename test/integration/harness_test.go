@@ -25,24 +25,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/internal/testenv"
 )
 
 // workerBinary is the worker that TestMain built for this run, and
 // testWorkerBinary the test worker (./testworker): a node with the stock
-// kinds and the probe, which the fault scenarios run.
-var workerBinary, testWorkerBinary string
+// kinds and the probe, which the fault scenarios run. Both are in
+// workerDir.
+var workerDir, workerBinary, testWorkerBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse() // testing.Short needs the flags before m.Run parses them
 	if !testing.Short() {
-		dir, err := buildWorker()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			os.Exit(1)
+		// The SQLite pass (TestCLIOnSQLite) is given the binaries of the
+		// run that started it.
+		workerDir = os.Getenv(workerDirEnv)
+		if workerDir == "" {
+			var err error
+			if workerDir, err = buildWorker(); err != nil {
+				fmt.Fprintln(os.Stderr, "integration:", err)
+				os.Exit(1)
+			}
 		}
-		workerBinary = filepath.Join(dir, "worker")
-		testWorkerBinary = filepath.Join(dir, "testworker")
+		workerBinary = filepath.Join(workerDir, "worker")
+		testWorkerBinary = filepath.Join(workerDir, "testworker")
 	}
 	testdb.VerifyNoLeaks(m)
 }
@@ -80,7 +88,7 @@ func buildWorker() (string, error) {
 		return "", fmt.Errorf("temporary directory for the worker binaries: %w", err)
 	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceEnabled {
+	if testenv.RaceEnabled {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/flotilla-dev/flotilla/cmd/worker",
@@ -177,6 +185,13 @@ func startWorker(t *testing.T, dsn string, args ...string) *proc {
 // startBinary is startWorker for another of the binaries built.
 func startBinary(t *testing.T, bin, dsn string, args ...string) *proc {
 	t.Helper()
+	return startBinaryWithEnv(t, bin, dsn, nil, args...)
+}
+
+// startBinaryWithEnv is startBinary with more of the environment (k=v):
+// not t.Setenv, which would keep the test from running in parallel.
+func startBinaryWithEnv(t *testing.T, bin, dsn string, env []string, args ...string) *proc {
+	t.Helper()
 	// The directory is removed after the process is reaped: cleanups run
 	// last-registered first.
 	logPath := filepath.Join(t.TempDir(), "worker.log")
@@ -186,6 +201,7 @@ func startBinary(t *testing.T, bin, dsn string, args ...string) *proc {
 	}
 	defer logFile.Close() // the child has its own descriptor
 	cmd := binaryCommand(context.Background(), bin, dsn, args...)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start worker %s: %v", strings.Join(args, " "), err)
@@ -205,8 +221,8 @@ func (p *proc) cleanup() {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(exitWait):
-		p.t.Errorf("worker %s (pid %d) was not reaped within %v of SIGKILL", p.name, p.cmd.Process.Pid, exitWait)
+	case <-time.After(patience.Scale(exitWait)):
+		p.t.Errorf("worker %s (pid %d) was not reaped within %v of SIGKILL", p.name, p.cmd.Process.Pid, patience.Scale(exitWait))
 	}
 	out := p.output()
 	if strings.Contains(out, raceReport) {
@@ -256,9 +272,10 @@ func (p *proc) kill9() {
 }
 
 // wait waits for the process to exit and returns its exit status, -1 when a
-// signal ended it.
+// signal ended it. The timeout is stretched for the machine.
 func (p *proc) wait(timeout time.Duration) int {
 	p.t.Helper()
+	timeout = patience.Scale(timeout)
 	select {
 	case <-p.done:
 		return p.cmd.ProcessState.ExitCode()
@@ -317,10 +334,10 @@ func runCLI(t *testing.T, dsn string, args ...string) (stdout, stderr string, ex
 // for the measured hand-overs to be read to a few tens of milliseconds.
 const pollInterval = 25 * time.Millisecond
 
-// poll calls cond until it holds or within has passed, and reports whether
-// it held.
+// poll calls cond until it holds or within has passed, stretched for the
+// machine (patience.Scale), and reports whether it held.
 func poll(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(patience.Scale(within))
 	for {
 		if cond() {
 			return true
@@ -332,13 +349,52 @@ func poll(within time.Duration, cond func() bool) bool {
 	}
 }
 
-// eventually fails the test unless cond holds within the given time.
+// eventually fails the test unless cond holds within the given time,
+// stretched for the machine.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	began := time.Now()
 	if !poll(within, cond) {
-		t.Fatalf("gave up after %v waiting until %s", within, what)
+		t.Fatalf("gave up after %v (%v stretched for the machine's load) waiting until %s",
+			time.Since(began).Round(time.Millisecond), within, what)
 	}
 }
+
+// fleetSlots is how many tests run a fleet under load at once (the fault
+// scenarios of newRig, and the other tests that keep several nodes or
+// many processes busy). The tests run in parallel, most of them waiting on
+// their processes; the busy ones, all together, would starve a 2-core
+// machine until its nodes' statements missed their deadlines (a renewal
+// gets a sixth of the lease TTL). Alone on a quiet machine, each of them
+// keeps a core busy for a third to a whole of its time.
+var fleetSlots = make(chan struct{}, 3)
+
+// takeFleetSlot waits for one of the fleetSlots, held until the test ends.
+func takeFleetSlot(t *testing.T) {
+	t.Helper()
+	asked := time.Now()
+	fleetSlots <- struct{}{}
+	t.Cleanup(func() { <-fleetSlots })
+	t.Logf("waited %v for a fleet slot; the load stretches deadlines %.1f times", time.Since(asked).Round(time.Millisecond), patience.Factor())
+}
+
+// leaseTTL is a bucket (or task) lease TTL for a test's nodes: base on a
+// quiet machine, stretched with the machine's load (patience.Factor), at
+// most maxLeaseStretch times. A node renews its bucket leases every TTL/3
+// and gives each renewal TTL/6; at a TTL of a few seconds, a loaded machine
+// can take longer than that, and a node whose first renewal fails at start
+// exits. What the tests assert of a failover is in units of the TTL, so a
+// longer one changes only how long they take; and every failover waits out
+// a TTL, hence the bound.
+func leaseTTL(base time.Duration) time.Duration {
+	stretch := min(patience.Factor(), maxLeaseStretch)
+	return time.Duration(float64(base) * stretch).Round(100 * time.Millisecond)
+}
+
+// maxLeaseStretch bounds how much leaseTTL stretches a TTL: enough for a
+// renewal to outlast the slow statements of a 2-core machine that runs the
+// whole suite beside another build.
+const maxLeaseStretch = 3
 
 // inParallel runs fn(i) for i in [0, n) on at most workers goroutines.
 func inParallel(n, workers int, fn func(i int)) {

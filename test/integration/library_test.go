@@ -24,6 +24,7 @@ import (
 // a bucket the node does not own, or that has no key, is refused at submit
 // time, naming the bucket and the owned set, and nothing is written.
 func TestLibrarySubmitOfAForeignKeyIsRefused(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	dsn := testdb.New(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

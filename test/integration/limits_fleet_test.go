@@ -20,6 +20,7 @@ import (
 // ends before its outcome is written, which is before another node's share
 // can grow by that slot, which is before that node's next handler starts.
 func TestFleetKindLimitHoldsThroughKillNine(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	r := newRig(t)
 	const (

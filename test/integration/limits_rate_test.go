@@ -27,6 +27,7 @@ import (
 // handler's first line, where the ledger's time is taken, on the one
 // machine clock every process of the test reads.
 func TestRatePerKeyHoldsThroughKillNine(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	r := newRig(t)
 	const (
@@ -104,6 +105,7 @@ func TestRatePerKeyHoldsThroughKillNine(t *testing.T) {
 // together stay within R + B in every window of one period. A new holder
 // that started with a full burst would put 2B starts in the period.
 func TestRateLimitNewHolderStartsWithNoBurst(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	r := newRig(t)
 	const (

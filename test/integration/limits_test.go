@@ -20,6 +20,7 @@ import (
 // of one key (an execution of a killed process ends when the process is
 // gone), and every task must succeed once (rig.verify).
 func TestConcurrencyPerKeyHoldsThroughKillNine(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	r := newRig(t)
 	const (

@@ -16,6 +16,7 @@ import (
 // running step's stop came first, and the step that had finished is left as
 // it was.
 func TestPipelineStopReachesAStepRunningOnAWorker(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low := mustSet(t, "0-31")

@@ -22,6 +22,7 @@ var pipelineCount = flag.Int("pipelines", 60,
 // ledger), no step may have started before each of its dependencies had
 // succeeded, and every trail must be complete.
 func TestPipelinesSurviveKillNine(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	r := newRig(t)
 	for _, s := range threeNodes {

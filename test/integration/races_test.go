@@ -223,6 +223,7 @@ func (e *executions) check(t *testing.T) {
 // locked task's handler is stopped at its own local deadline, and the task
 // is rescued and run again only once that handler has returned.
 func TestALockedRowNeverMakesANodeRunATaskTwice(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	runs := newExecutions()
 	causes := make(chan struct {
@@ -301,6 +302,7 @@ func (s *issueHookStore) IssueCommand(ctx context.Context, c store.NewCommand) (
 // must not land on the retry (nothing would stop it from running again): the
 // issuer decides again, and cancels the waiting task.
 func TestAStopDecidedOnARunningTaskIsNotLostWhenTheAttemptFailsFirst(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	fail := make(chan struct{})
 	r.node("a", r.all, node.Config{BackoffBase: time.Hour, BackoffMax: time.Hour}, map[string]node.Handler{
@@ -342,6 +344,7 @@ func TestAStopDecidedOnARunningTaskIsNotLostWhenTheAttemptFailsFirst(t *testing.
 // meanwhile. In any serial order the task ends stopped (the stop first) or
 // cancelled (the failure first, then the stop of a waiting task).
 func TestAStopIssuedWhileACompletionWaitsForTheRowWins(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	fail := make(chan struct{})
 	r.node("a", r.all, node.Config{BackoffBase: time.Hour, BackoffMax: time.Hour}, map[string]node.Handler{
@@ -388,6 +391,7 @@ func TestAStopIssuedWhileACompletionWaitsForTheRowWins(t *testing.T) {
 // still pausing when the node shuts down. It cannot go back to queued; it
 // is paused, with the progress it saved, and nothing is refused.
 func TestShutdownPausesAPausingTask(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	running := make(chan struct{})
 	n := r.node("a", r.all, node.Config{ShutdownTimeout: 100 * time.Millisecond}, map[string]node.Handler{
@@ -424,6 +428,7 @@ func TestShutdownPausesAPausingTask(t *testing.T) {
 // the task again beside the live handler): it lapses as after a crash.
 // Every other bucket is handed over at once.
 func TestShutdownKeepsTheLeaseOfABucketWhoseHandlerStillRuns(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -470,6 +475,7 @@ func TestShutdownKeepsTheLeaseOfABucketWhoseHandlerStillRuns(t *testing.T) {
 // rescue must not wait for it (and so not stall every expired task behind
 // it at every pass): it skips it for this pass and rescues the rest.
 func TestRescueSkipsALockedRowAndRescuesTheRest(t *testing.T) {
+	t.Parallel()
 	r := newRaceRig(t)
 	const owner = "rescuer/1"
 	leases, err := r.store.AcquireBuckets(r.ctx, store.AcquireRequest{Owner: owner, Node: "rescuer", Buckets: r.all, TTL: time.Minute})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/flotilla-dev/flotilla/bucket"
 	"github.com/flotilla-dev/flotilla/commands"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/node"
 	"github.com/flotilla-dev/flotilla/store"
@@ -50,6 +51,7 @@ var (
 // ones; and shuts nodes down gracefully. The seed (-seed) makes the
 // sequence of actions reproducible; the timing is the machine's.
 func TestRandomizedConcurrency(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	seed := *randomSeed
 	if seed == 0 {
@@ -173,7 +175,7 @@ func (f *randomFleet) start(prefix string, declared bucket.Set) {
 	sev := &severableStore{Store: s, Notifier: s, pg: s}
 	n, err := node.New(sev, node.Config{
 		NodeID: id, Buckets: declared, Concurrency: 8,
-		BucketLeaseTTL: 3 * time.Second, TaskLeaseTTL: 3 * time.Second,
+		BucketLeaseTTL: leaseTTL(3 * time.Second), TaskLeaseTTL: leaseTTL(3 * time.Second),
 		ReconcileInterval: 200 * time.Millisecond, CommandPoll: 100 * time.Millisecond,
 		PollInterval: 100 * time.Millisecond, StopGrace: 500 * time.Millisecond,
 		ShutdownTimeout: 300 * time.Millisecond,
@@ -188,7 +190,7 @@ func (f *randomFleet) start(prefix string, declared bucket.Set) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience.Scale(30*time.Second))
 		defer cancel()
 		_ = n.Shutdown(ctx)
 	})
@@ -393,7 +395,8 @@ func (f *randomFleet) shutdown(rng *rand.Rand) {
 // settle resumes every paused task and waits for every task to finish.
 func (f *randomFleet) settle() {
 	f.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	within := patience.Scale(3 * time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		rows, err := f.admin.Pool().Query(f.ctx, `SELECT id, status FROM flotilla_tasks WHERE finished_at IS NULL`)
 		if err != nil {
@@ -420,7 +423,7 @@ func (f *randomFleet) settle() {
 			_, _ = commands.Resume(f.ctx, f.admin, id, "settle", "driver")
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%d tasks still unfinished 3 minutes after the run, e.g. %v", len(open), open[:min(10, len(open))])
+			f.t.Fatalf("%d tasks still unfinished %v after the run, e.g. %v", len(open), within, open[:min(10, len(open))])
 		}
 		time.Sleep(100 * time.Millisecond) // polling for the condition above, with its deadline
 	}

@@ -15,10 +15,11 @@ import (
 // rescues the task (retrying, attempt kept) under a lease it takes and
 // gives back, and leaves the buckets a live node holds to that node.
 func TestWorkerReconcileRescuesOnlyUnheldBuckets(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", "2s")
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", leaseTTL(2*time.Second).String())
 	f.worker("run", "--buckets", "32-63", "--node-id", "alive")
 	f.waitUntilHeld("doomed", low, startWithin)
 	f.waitUntilHeld("alive", high, startWithin)

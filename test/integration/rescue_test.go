@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -15,9 +16,9 @@ import (
 func killHolderWhileRunning(t *testing.T, f *fleet, maxAttempts int) *task.Task {
 	t.Helper()
 	low := mustSet(t, "0-31")
-	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", "2s", "--no-balance")
+	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--bucket-lease-ttl", leaseTTL(2*time.Second).String(), "--no-balance")
 	f.waitUntilHeld("holder", low, startWithin)
-	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", "2s", "--no-balance")
+	f.worker("run", "--buckets", "0-31", "--node-id", "standby", "--bucket-lease-ttl", leaseTTL(2*time.Second).String(), "--no-balance")
 	f.waitUntilStandingBy("standby", low)
 
 	// Long enough that the holder cannot finish before it is killed, short
@@ -46,6 +47,7 @@ func trailOf(events []task.Event) string {
 // under the old epoch, its task lease still running) and runs it again to
 // success. Nothing after the kill is written by the holder.
 func TestAStandbyRescuesTheTaskOfAKilledHolder(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	running := killHolderWhileRunning(t, f, 3)
@@ -87,6 +89,7 @@ func TestAStandbyRescuesTheTaskOfAKilledHolder(t *testing.T) {
 // TestAKilledHoldersTaskOnItsLastAttemptIsLost: the same kill with no
 // attempt left ends the task lost, by the standby, never running again.
 func TestAKilledHoldersTaskOnItsLastAttemptIsLost(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	running := killHolderWhileRunning(t, f, 1)

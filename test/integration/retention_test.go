@@ -20,12 +20,13 @@ import (
 // Nothing of a pruned task is left behind (events, commands), and the
 // tasks kept forever stay.
 func TestRetentionPrunesEachBucketByItsHolderThroughATakeover(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	needsPostgres(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
 	retain := []string{"--retain", "all=2s", "--retain-kind", "sleep:all=0", "--prune-interval", "300ms"}
-	doomed := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", "2s",
+	doomed := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "doomed", "--bucket-lease-ttl", leaseTTL(2 * time.Second).String(),
 		"--no-balance"}, retain...)...)
 	// The survivor declares every bucket: it starts once doomed holds its
 	// own, or it could take them first and leave doomed standing by.

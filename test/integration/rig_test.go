@@ -17,6 +17,8 @@ import (
 
 	"github.com/flotilla-dev/flotilla"
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
+	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store/postgres"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -52,10 +54,11 @@ CREATE TABLE probe_ledger (
 );
 CREATE UNIQUE INDEX probe_ledger_attempt_idx ON probe_ledger (task_id, claim_seq);`
 
-// Lease timing of every scenario: short, so that failovers take seconds,
-// with the heartbeat at the default TTL/3. The task lease is a few
-// heartbeats, so that a task whose attempt was dropped without a write is
-// rescued within seconds.
+// Lease timing of every scenario on a quiet machine: short, so that
+// failovers take seconds, with the heartbeat at the default TTL/3. The task
+// lease is a few heartbeats, so that a task whose attempt was dropped
+// without a write is rescued within seconds. Each rig stretches both with
+// the machine's load (leaseTTL).
 const (
 	scenarioLeaseTTL     = 3 * time.Second
 	scenarioTaskLeaseTTL = 6 * time.Second
@@ -93,6 +96,11 @@ type rig struct {
 	pool *pgxpool.Pool // the client's, for the checks' SQL
 	// proxyDSN, when set, is the fleet's DSN through a proxy.
 	proxyDSN string
+	// leaseTTL and taskLeaseTTL are the nodes' lease TTLs: the scenario's,
+	// stretched for the machine when the rig was made; misfire is how late
+	// a schedule tick may fire and still count as on time, stretched alike,
+	// since a loaded holder fires late without any fault.
+	leaseTTL, taskLeaseTTL, misfire time.Duration
 
 	mu    sync.Mutex
 	nodes map[string]*rigNode
@@ -115,11 +123,16 @@ type window struct{ from, to time.Time }
 
 func (w window) contains(t time.Time) bool { return !t.Before(w.from) && !t.After(w.to) }
 
-// newRig creates the scenario's database, migrated, with the ledger.
+// newRig creates the scenario's database, migrated, with the ledger, on a
+// PostgreSQL server of the scenario's own: a fleet under faults opens many
+// connections (each node's pool and its ledger's), and scenarios run side
+// by side; on their own servers they never use up the shared server's
+// max_connections, and a scenario may partition or restart its server.
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	needsPostgres(t)
-	return newRigOn(t, newFleet(t))
+	takeFleetSlot(t)
+	return newRigOn(t, newFleetOn(t, testdb.StartServer(t).New(t)))
 }
 
 // newRigOn is newRig on a fleet of the test's.
@@ -136,7 +149,9 @@ func newRigOn(t *testing.T, f *fleet) *rig {
 	}
 	return &rig{
 		fleet: f, pool: pg.Pool(),
-		nodes: map[string]*rigNode{}, deaths: map[int]time.Time{}, frozen: map[int][]window{},
+		leaseTTL: leaseTTL(scenarioLeaseTTL), taskLeaseTTL: leaseTTL(scenarioTaskLeaseTTL),
+		misfire: leaseTTL(schedule.DefaultMisfire),
+		nodes:   map[string]*rigNode{}, deaths: map[int]time.Time{}, frozen: map[int][]window{},
 	}
 }
 
@@ -184,7 +199,8 @@ func (r *rig) start(spec nodeSpec) *rigNode {
 	}
 	args := []string{
 		"--node-id", spec.id, "--buckets", spec.buckets, "--ledger-dsn", r.dsn,
-		"--bucket-lease-ttl", scenarioLeaseTTL.String(), "--task-lease-ttl", scenarioTaskLeaseTTL.String(),
+		"--bucket-lease-ttl", r.leaseTTL.String(), "--task-lease-ttl", r.taskLeaseTTL.String(),
+		"--schedule-misfire", r.misfire.String(),
 		"--concurrency", "32", "--poll-interval", "250ms", "--command-poll", "500ms",
 		"--shutdown-timeout", "10s", "--stop-grace", "2s",
 		// The scenarios stand standbys by for the buckets of the nodes they

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/internal/patience"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -17,6 +18,7 @@ import (
 // refuses what could never fire, naming the bad value, with exit status 2
 // and nothing written; and an existing name with 3 unless --replace.
 func TestScheduleCLIRefusesBadDefinitions(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	for _, tc := range []struct {
@@ -62,6 +64,7 @@ func TestScheduleCLIRefusesBadDefinitions(t *testing.T) {
 // TestScheduleCLILifecycle adds, lists, pauses, resumes and removes a
 // schedule through the command line, with one worker firing it.
 func TestScheduleCLILifecycle(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	// Added before any node runs: accepted, with a warning.
@@ -122,6 +125,7 @@ func TestScheduleCLILifecycle(t *testing.T) {
 // leaves a paused schedule paused, with the tick from before the pause not
 // fired, and that --resume and --paused with --replace do what they say.
 func TestScheduleCLIReplaceKeepsAPause(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	add := func(extra ...string) {
@@ -234,7 +238,7 @@ func distinctTicks(t *testing.T, tasks []*task.Task) []time.Time {
 // waitForTicks waits until schedule name has fired at least n ticks.
 func (f *fleet) waitForTicks(name string, n int) []time.Time {
 	f.t.Helper()
-	deadline := time.Now().Add(taskWithin + time.Duration(n)*time.Second)
+	deadline := time.Now().Add(patience.Scale(taskWithin + time.Duration(n)*time.Second))
 	for {
 		ticks := f.ticks(name)
 		if len(ticks) >= n {
@@ -249,7 +253,7 @@ func (f *fleet) waitForTicks(name string, n int) []time.Time {
 
 func (f *fleet) waitForScheduleState(name string, cond func(flotilla.ScheduleReport) bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(taskWithin)
+	deadline := time.Now().Add(patience.Scale(taskWithin))
 	for {
 		for _, sc := range f.schedules() {
 			if sc.Name == name && cond(sc) {
@@ -266,7 +270,7 @@ func (f *fleet) waitForScheduleState(name string, cond func(flotilla.ScheduleRep
 // waitForDatabaseClock waits until the database's clock has passed at.
 func (f *fleet) waitForDatabaseClock(at time.Time) {
 	f.t.Helper()
-	deadline := time.Now().Add(taskWithin + time.Until(at))
+	deadline := time.Now().Add(patience.Scale(taskWithin) + time.Until(at))
 	for {
 		ctx, cancel := context.WithTimeout(f.t.Context(), queryTimeout)
 		now, err := f.client.Store().Now(ctx)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/internal/patience"
+	"github.com/flotilla-dev/flotilla/schedule"
 	"github.com/flotilla-dev/flotilla/store"
 )
 
@@ -17,6 +19,7 @@ import (
 // continues from the stored tick. No tick fires twice, and the only ticks
 // that may be missing are those inside the failover window.
 func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	if _, stderr, code := f.cli("schedule", "add", "--every", "1s", "--kind", "noop", "beat"); code != 0 {
@@ -24,7 +27,7 @@ func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
 	}
 	procs := map[string]*proc{}
 	for _, id := range []string{"n1", "n2", "n3"} {
-		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", "2s", "--no-balance")
+		procs[id] = f.worker("run", "--buckets", "0-63", "--node-id", id, "--bucket-lease-ttl", leaseTTL(2*time.Second).String(), "--no-balance")
 	}
 	holder := f.scheduleHolder("beat", "")
 	f.waitForTicks("beat", 4)
@@ -50,7 +53,10 @@ func TestAScheduleFiresOncePerTickAcrossAKill9(t *testing.T) {
 		}
 		missing = append(missing, at)
 	}
-	windowStart, windowEnd := killedAt.Add(-time.Second), tookOverAt.Add(time.Second)
+	// A tick due less than the misfire threshold before the kill may not
+	// have fired yet (the holder fires late by its poll, and by more on a
+	// loaded machine); the successor finds it too late and skips it.
+	windowStart, windowEnd := killedAt.Add(-patience.Scale(schedule.DefaultMisfire)), tookOverAt.Add(time.Second)
 	for _, at := range missing {
 		if at.Before(windowStart) || at.After(windowEnd) {
 			t.Errorf("tick %s is missing, outside the failover window %s to %s", at.Format(time.RFC3339),

@@ -17,6 +17,7 @@ import (
 // started again, until the last task is in. FLOTILLA_SOAK_TASKS changes
 // the number of tasks. The checks are the scenarios' (verify).
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	tasks := 100_000
 	if s := os.Getenv("FLOTILLA_SOAK_TASKS"); s != "" {

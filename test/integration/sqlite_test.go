@@ -47,6 +47,7 @@ func successes(events []task.Event) int {
 // --dsn, no --dsn-file and no $FLOTILLA_DSN share flotilla.db in their
 // working directory; run logs the file's absolute path.
 func TestSQLiteIsTheDefaultStore(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "flotilla.db")
@@ -112,12 +113,14 @@ func (b *syncBuffer) String() string {
 // tasks. The standby takes its buckets under a higher epoch and rescues
 // what it left running; every task ends succeeded, once.
 func TestSQLiteKill9UnderLoad(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	f := newSQLiteFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-63")
 	// Leases long enough that the slow statements of race-enabled
 	// binaries on a loaded machine do not lose them by themselves.
-	flags := []string{"--bucket-lease-ttl", "4s", "--task-lease-ttl", "6s", "--poll-interval", "200ms"}
+	flags := []string{"--bucket-lease-ttl", leaseTTL(4 * time.Second).String(), "--task-lease-ttl", leaseTTL(6 * time.Second).String(), "--poll-interval", "200ms"}
 	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder", "--no-balance"}, flags...)...)
 	f.worker(append([]string{"run", "--buckets", "32-63", "--node-id", "other"}, flags...)...)
 	before := epochs(f.waitUntilHeld("holder", low, startWithin), low)
@@ -162,12 +165,13 @@ func TestSQLiteKill9UnderLoad(t *testing.T) {
 // its attempt's late completion is refused: the trail shows one success, by
 // the standby, and nothing from the holder after the takeover.
 func TestSQLiteFrozenHolderIsFenced(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newSQLiteFleet(t)
 	low := mustSet(t, "0-31")
 	// Leases long enough that the slow statements of race-enabled
 	// binaries on a loaded machine do not lose them by themselves.
-	flags := []string{"--bucket-lease-ttl", "4s", "--task-lease-ttl", "6s", "--poll-interval", "200ms"}
+	flags := []string{"--bucket-lease-ttl", leaseTTL(4 * time.Second).String(), "--task-lease-ttl", leaseTTL(6 * time.Second).String(), "--poll-interval", "200ms"}
 	holder := f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "holder", "--no-balance"}, flags...)...)
 	before := epochs(f.waitUntilHeld("holder", low, startWithin), low)
 	f.worker(append([]string{"run", "--buckets", "0-31", "--node-id", "standby", "--no-balance"}, flags...)...)
@@ -272,7 +276,9 @@ func freezeOutsideTheWriteLock(t *testing.T, f *fleet, p *proc) {
 // tasks finishes or hands back what it runs, releases its buckets, exits 0,
 // and the standby runs the rest; every task succeeds once.
 func TestSQLiteSigtermUnderLoad(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
+	takeFleetSlot(t)
 	f := newSQLiteFleet(t)
 	low := mustSet(t, "0-31")
 	holder := f.worker("run", "--buckets", "0-31", "--node-id", "holder", "--concurrency", "4", "--poll-interval", "200ms",

@@ -10,6 +10,7 @@ import (
 )
 
 func TestWorkersStartingTogetherOnAFreshServerAllStart(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	// The fleet's database does not exist yet: every process below finds
 	// it missing, creates it and migrates it, all at once.
@@ -49,6 +50,7 @@ func TestWorkersStartingTogetherOnAFreshServerAllStart(t *testing.T) {
 }
 
 func TestKeylessSubmitsThroughTheCLI(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 
@@ -70,6 +72,7 @@ func TestKeylessSubmitsThroughTheCLI(t *testing.T) {
 }
 
 func TestSubmitRefusesATimeoutOfLessThanAMillisecond(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	_, stderr, code := f.cli("submit", "--kind", "noop", "--key", "k", "--timeout", "500us", "--allow-unowned")

@@ -16,6 +16,7 @@ import (
 // that holder. Tasks that no node runs are
 // changed at once; finished and missing tasks get exit statuses 5 and 4.
 func TestStopFromAThirdProcess(t *testing.T) {
+	t.Parallel()
 	needsIntegration(t)
 	f := newFleet(t)
 	low, high := mustSet(t, "0-31"), mustSet(t, "32-62")

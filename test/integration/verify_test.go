@@ -389,7 +389,7 @@ SELECT count(*) FROM (SELECT 1 FROM flotilla_tasks WHERE schedule IS NOT NULL
 		for i := 1; i < len(ticks); i++ {
 			for missed := ticks[i-1].Add(time.Second); missed.Before(ticks[i]); missed = missed.Add(time.Second) {
 				fig.missedTicks++
-				if !inAny(missed, faults, scenarioLeaseTTL+5*time.Second) {
+				if !inAny(missed, faults, r.leaseTTL+r.misfire) {
 					r.t.Errorf("schedule %s skipped the tick of %s, outside every fault window", name, missed.Format(time.StampMilli))
 				}
 			}

@@ -69,6 +69,7 @@ func run() int {
 		reconcile    = fs.Duration("reconcile-interval", 0, "rescue period (default: the task lease TTL)")
 		commandPoll  = fs.Duration("command-poll", node.DefaultCommandPoll, "command poll period")
 		stopGrace    = fs.Duration("stop-grace", node.DefaultStopGrace, "how long a stopped handler may take")
+		misfire      = fs.Duration("schedule-misfire", 0, "how late a schedule tick may fire as on time (default schedule.DefaultMisfire)")
 		maxConns     = fs.Int("max-conns", 4, "the store's pool size")
 		httpAddr     = fs.String("http", "", "serve /healthz and /readyz on this address")
 		logLevel     = fs.String("log-level", "info", "debug, info, warn or error")
@@ -101,7 +102,7 @@ func run() int {
 		NodeID: *nodeID, Concurrency: *concurrency,
 		BucketLeaseTTL: *leaseTTL, BucketLeaseHeartbeat: *heartbeat, TaskLeaseTTL: *taskLeaseTTL,
 		ShutdownTimeout: *shutdown, PollInterval: *pollInterval, ReconcileInterval: *reconcile,
-		CommandPoll: *commandPoll, StopGrace: *stopGrace,
+		CommandPoll: *commandPoll, StopGrace: *stopGrace, ScheduleMisfire: *misfire,
 		AllBuckets: *buckets == "" || *buckets == "all", Logger: log, Version: "testworker",
 		NoBalance: *noBalance, HandoffTimeout: *handoff,
 	}

@@ -25,8 +25,11 @@ type ProbePayload struct {
 
 // ledgerTimeout bounds each ledger write. The ledger is reached directly,
 // not through the proxy a scenario may cut, so a write waits only for a
-// busy server.
-const ledgerTimeout = 30 * time.Second
+// busy server, or for its process to be resumed: a scenario may stop the
+// process with SIGSTOP in the middle of a write, for as long as its
+// successor needs to take over on a loaded machine, and the clock runs on
+// meanwhile. The scenario's own deadlines bound a write that never ends.
+const ledgerTimeout = 5 * time.Minute
 
 // ledger writes the probe's records: one row per execution, inserted when
 // the handler starts and completed when it returns; or, with a file, one
