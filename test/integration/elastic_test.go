@@ -42,11 +42,15 @@ const (
 )
 
 // elasticLeaseTTL is short, so that a kill -9 fails over in seconds (the
-// heartbeat is the default TTL/3), well within the misfire threshold of the
-// schedule (5 s), so that no tick is missed; and long enough that the
-// renewals of race-enabled nodes under the load on a busy machine do not
-// fail by themselves.
-const elasticLeaseTTL = 3 * time.Second
+// heartbeat is the default TTL/3), and long enough that the renewals of
+// race-enabled nodes under the load on a busy machine do not fail by
+// themselves. The nodes' misfire threshold is elasticMisfire TTLs, so that
+// the ticks due while a killed node's buckets wait out its lease fire late
+// rather than being skipped, however far leaseTTL stretched the TTL.
+const (
+	elasticLeaseTTL = 3 * time.Second
+	elasticMisfire  = 4
+)
 
 // TestAnElasticFleetSharesAndMovesBucketsLiveOnPostgreSQL is the scenario on
 // PostgreSQL.
@@ -205,7 +209,8 @@ func (e *elasticFleet) start(id string) {
 	e.mu.Unlock()
 	p := startBinary(e.t, e.bin, e.dsn, "--node-id", id, "--buckets", "all", "--ledger-file", ledger,
 		"--bucket-lease-ttl", e.ttl.String(), "--task-lease-ttl", (2 * e.ttl).String(), "--concurrency", "32",
-		"--shutdown-timeout", "10s", "--handoff-timeout", "5s", "--max-conns", "4")
+		"--shutdown-timeout", "10s", "--handoff-timeout", "5s", "--max-conns", "4",
+		"--schedule-misfire", (elasticMisfire * e.ttl).String())
 	e.mu.Lock()
 	e.procs[id] = p
 	e.mu.Unlock()
