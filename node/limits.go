@@ -24,8 +24,9 @@ import (
 // nothing persistent that could leak a slot.
 //
 // Counts come from two places: this node's own attempts under the epoch it
-// holds each bucket in (tracked exactly, hold at claim and release at
-// settle), and the active rows of its buckets that are not those (a
+// holds each bucket in (tracked exactly by attempt, held at claim and
+// released once the handler has returned and the outcome is written or
+// given up), and the active rows of its buckets that are not those (a
 // previous holder's, or an older epoch's), read from the store at every
 // refresh until they are settled or rescued. A bucket takes part in a
 // limited claim only once a refresh has read its rows under the epoch it is
@@ -67,11 +68,15 @@ type limiter struct {
 	mu     sync.Mutex
 	loaded bool
 	limits map[string][]store.Limit // by kind
-	// own and foreign are what each task holds, by task id.
-	own, foreign map[int64]use
-	running      map[kindKey]int
-	kindRunning  map[string]int
-	used         store.Resources
+	// own is what each of the node's attempts holds, by attempt; ownTasks
+	// counts them by task. foreign is what the active rows of others hold,
+	// by task id.
+	own         map[task.Ref]use
+	ownTasks    map[int64]int
+	foreign     map[int64]use
+	running     map[kindKey]int
+	kindRunning map[string]int
+	used        store.Resources
 	// ready is the epoch each bucket's active rows were last read under.
 	ready map[int]int64
 	// acquired is when each bucket was taken under its epoch, on the local
@@ -138,7 +143,6 @@ type rateKey struct{ limit, key string }
 type use struct {
 	kind, key string
 	resources store.Resources
-	claimSeq  int64 // of the attempt held (own uses only)
 }
 
 type shareState struct {
@@ -152,7 +156,8 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 	l := &limiter{
 		store: s, owner: owner, node: node, capacity: capacity, conc: conc, ttl: ttl, margin: deadlineMargin(ttl),
 		clock: now, log: log,
-		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
+		limits: map[string][]store.Limit{}, own: map[task.Ref]use{}, ownTasks: map[int64]int{},
+		foreign: map[int64]use{},
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
 		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
 		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
@@ -200,22 +205,21 @@ func (l *limiter) hold(ts []*task.Task) {
 	now := l.clock()
 	top := l.round
 	for _, t := range ts {
-		if old, ok := l.own[t.ID]; ok {
-			if old.claimSeq == t.ClaimSeq {
-				continue
-			}
-			// An earlier attempt of the task, ended by the transaction
-			// that claimed this one (flushAndClaim): its release, which
-			// names that attempt, will find this one and leave it.
-			l.add(old, -1)
-			l.owned.Add(-1)
+		ref := t.Ref()
+		if _, ok := l.own[ref]; ok {
+			continue
 		}
-		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources, claimSeq: t.ClaimSeq}
+		// An earlier attempt of the task may still be held: ended by the
+		// transaction that claimed this one (flushAndClaim), or given up
+		// while its handler still runs. It keeps its own hold until its
+		// release, which names it and never this one.
+		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
 		if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
 			l.add(old, -1)
 			delete(l.foreign, t.ID)
 		}
-		l.own[t.ID] = u
+		l.own[ref] = u
+		l.ownTasks[t.ID]++
 		l.owned.Add(1)
 		l.add(u, 1)
 		for _, lim := range l.limits[t.Kind] {
@@ -260,18 +264,23 @@ func (l *limiter) advance(round int) {
 	}
 }
 
-// release frees what a settled attempt held, unless a later attempt of
-// its task holds it now. An attempt claimed while no limit applied holds
-// nothing, and releasing it takes no lock.
+// release frees what the attempt ref held (Node.releaseLimits calls it
+// once the attempt's handler has returned and its outcome is written or
+// given up): never what another attempt of its task holds, and nothing on
+// a second call. An attempt claimed while no limit applied holds nothing,
+// and releasing it takes no lock.
 func (l *limiter) release(ref task.Ref) {
 	if l.owned.Load() == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if u, ok := l.own[ref.ID]; ok && u.claimSeq == ref.ClaimSeq {
+	if u, ok := l.own[ref]; ok {
 		l.add(u, -1)
-		delete(l.own, ref.ID)
+		delete(l.own, ref)
+		if l.ownTasks[ref.ID]--; l.ownTasks[ref.ID] <= 0 {
+			delete(l.ownTasks, ref.ID)
+		}
 		l.owned.Add(-1)
 	}
 }
@@ -326,11 +335,11 @@ func tokens(lim store.Limit, tat, now time.Time) int {
 // claim builds the limited claim for the buckets in held that are ready,
 // and returns them. The tasks ending (of attempts whose outcomes the same
 // transaction writes before it claims) count as released.
-func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBucket, store.LimitedClaim) {
+func (l *limiter) claim(held []store.HeldBucket, ending []task.Ref) ([]store.HeldBucket, store.LimitedClaim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ending {
-		if u, ok := l.own[id]; ok {
+	for _, ref := range ending {
+		if u, ok := l.own[ref]; ok {
 			l.add(u, -1)
 			defer l.add(u, 1)
 		}
@@ -545,7 +554,7 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 		delete(l.foreign, id)
 	}
 	for _, r := range rows {
-		if _, mine := l.own[r.ID]; mine && r.Owner == l.owner && r.Epoch == epochOf[r.Bucket] {
+		if l.ownTasks[r.ID] > 0 && r.Owner == l.owner && r.Epoch == epochOf[r.Bucket] {
 			continue
 		}
 		u := use{kind: r.Kind, key: r.LimitKey, resources: r.Resources}

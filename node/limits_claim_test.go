@@ -105,22 +105,27 @@ func TestLimitRoundEndsOnceMaxKeysAreAhead(t *testing.T) {
 
 // TestLimitReleaseLeavesALaterAttemptOfTheTask: a task whose attempt ended
 // and was claimed again in the same transaction (a retry due at once,
-// taken by flushAndClaim) is held by its new attempt; the settling of the
-// old one must not free the new one's slot.
+// taken by flushAndClaim), or whose earlier attempt was given up while its
+// handler still runs, holds a slot for each attempt: the release of one
+// frees its own, never the other's, and a second release frees nothing.
 func TestLimitReleaseLeavesALaterAttemptOfTheTask(t *testing.T) {
 	l := newTestLimiter(store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1})
 	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a", ClaimSeq: 1}})
 	l.hold([]*task.Task{{ID: 1, Kind: "job", Key: "a", ClaimSeq: 2}})
-	if got := l.running[kindKey{"job", "a"}]; got != 1 {
-		t.Fatalf("key a counts %d running after its task's second attempt was held; want 1", got)
+	if got := l.running[kindKey{"job", "a"}]; got != 2 {
+		t.Fatalf("key a counts %d running after its task's second attempt was held; want 2 until the first is released", got)
 	}
 	l.release(task.Ref{ID: 1, ClaimSeq: 1})
 	if got := l.running[kindKey{"job", "a"}]; got != 1 {
-		t.Fatalf("key a counts %d running once the first attempt settled, while the second runs; want 1", got)
+		t.Fatalf("key a counts %d running once the first attempt was released, while the second runs; want 1", got)
+	}
+	l.release(task.Ref{ID: 1, ClaimSeq: 1})
+	if got := l.running[kindKey{"job", "a"}]; got != 1 {
+		t.Fatalf("key a counts %d running after the first attempt was released twice; want 1", got)
 	}
 	l.release(task.Ref{ID: 1, ClaimSeq: 2})
 	if got := l.running[kindKey{"job", "a"}]; got != 0 {
-		t.Fatalf("key a counts %d running once both attempts settled; want 0", got)
+		t.Fatalf("key a counts %d running once both attempts were released; want 0", got)
 	}
 }
 
@@ -134,7 +139,7 @@ func TestLimitClaimCountsEndingAttemptsAsReleased(t *testing.T) {
 	if a := namedKeys(t, lc)["a"]; a.Room != 0 {
 		t.Fatalf("key a, running its one, has room %d; want 0", a.Room)
 	}
-	_, lc = l.claim(nil, []int64{7})
+	_, lc = l.claim(nil, []task.Ref{{ID: 7, ClaimSeq: 1}})
 	if a, named := namedKeys(t, lc)["a"]; named && a.Room != 1 {
 		t.Fatalf("key a, whose one is ending in the claim's transaction, has room %d; want 1", a.Room)
 	}

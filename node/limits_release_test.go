@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flotilla-dev/flotilla/commands"
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
+)
+
+// gpuKeyConfig is a node with one gpu whose kind train is limited to one
+// running task per limit key.
+func gpuKeyConfig(t *testing.T, b *testBundle) Config {
+	cfg := b.config(t, "n1")
+	cfg.Capacity = store.Resources{"gpu": 1}
+	cfg.Limits = []store.Limit{{Name: "one", Kind: "train", Per: store.PerKey, Concurrency: 1}}
+	return cfg
+}
+
+// TestLimitAnAbandonedAttemptReleasesItsSlotAndResources: an attempt given
+// up without an outcome write (its task lease expired and the task was
+// rescued) frees its key's slot and its gpu once its handler has returned:
+// the next task of the key, needing the gpu, starts.
+func TestLimitAnAbandonedAttemptReleasesItsSlotAndResources(t *testing.T) {
+	b := setup(t, withManualClock())
+	cfg := gpuKeyConfig(t, b)
+	cfg.ReconcileInterval = time.Minute
+	cfg.TaskLeaseTTL = 24 * time.Hour // no renewal during the test
+	started := make(chan int64, 2)
+	n := b.startNode(t, cfg, map[string]Handler{"train": func(ctx context.Context, tk *task.Task) error {
+		started <- tk.ID
+		if tk.MaxAttempts == 1 { // the first: it runs until it is cancelled
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}})
+	first := submit(t, n, SubmitRequest{Kind: "train", Key: "a", Resources: store.Resources{"gpu": 1}, MaxAttempts: 1})
+	if got := receive(t, started, "the first task"); got != first.ID {
+		t.Fatalf("task %d started, want %d", got, first.ID)
+	}
+	second := submit(t, n, SubmitRequest{Kind: "train", Key: "a", Resources: store.Resources{"gpu": 1}})
+	if err := b.store.ExpireTaskLease(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The rescue cancels the first handler, which returns; the task is
+	// lost (no attempt left), and its slot and gpu are free.
+	b.advanceUntil(t, "the first task is rescued and the second runs", 10*time.Second, func() bool {
+		return b.get(t, second.ID).Status == task.Succeeded
+	})
+	if got := b.get(t, first.ID).Status; got != task.Lost {
+		t.Errorf("the first task is %s after its rescue, want lost", got)
+	}
+	if got := receive(t, started, "the second task"); got != second.ID {
+		t.Errorf("task %d started, want %d", got, second.ID)
+	}
+}
+
+// TestLimitAStoppedHandlerPastItsGraceKeepsItsResources: a handler that
+// ignores its stop has its task written stopped after the grace, but runs
+// on: its gpu stays taken until it returns, so no second gpu task starts
+// beside it on a one-gpu node.
+func TestLimitAStoppedHandlerPastItsGraceKeepsItsResources(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	cfg := gpuKeyConfig(t, b)
+	cfg.StopGrace = 50 * time.Millisecond
+	release := make(chan struct{})
+	stubborn := led.handler(nil)
+	firstStarted := make(chan struct{})
+	n := b.startNode(t, cfg, map[string]Handler{"train": func(ctx context.Context, tk *task.Task) error {
+		if tk.Key == "stubborn" {
+			close(firstStarted)
+			<-release // ignores ctx
+			return nil
+		}
+		return stubborn(ctx, tk)
+	}})
+	first := submit(t, n, SubmitRequest{Kind: "train", Key: "stubborn", Resources: store.Resources{"gpu": 1}})
+	receive(t, firstStarted, "the stubborn handler")
+	second := submit(t, n, SubmitRequest{Kind: "train", Key: "other", Resources: store.Resources{"gpu": 1}})
+	if _, err := commands.Stop(b.ctx, b.store, first.ID, "", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the task is stopped after the grace period", b.statusIs(t, first.ID, task.Stopped))
+	claimPassesAfter(t, n)
+	if got := led.started(); got != 0 {
+		t.Fatalf("a second gpu task started beside a stopped handler that still runs on the node's one gpu")
+	}
+	close(release)
+	eventually(t, "the second task runs once the stubborn handler returned", b.statusIs(t, second.ID, task.Succeeded))
+}
+
+// TestLimitAnAttemptIsReleasedOnceWhateverTheOrderOfItsEnds: what an
+// attempt holds is freed once its handler has returned and its outcome is
+// written or given up, in either order, and once only.
+func TestLimitAnAttemptIsReleasedOnceWhateverTheOrderOfItsEnds(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ends  [][2]bool // (returned, settled) in order
+		after int       // the end after which it is freed (index)
+	}{
+		{"returned then written", [][2]bool{{true, false}, {false, true}, {false, true}}, 1},
+		{"written then returned", [][2]bool{{false, true}, {true, true}, {false, true}}, 1},
+		{"abandoned", [][2]bool{{true, true}, {false, true}}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := &attempt{}
+			for i, e := range c.ends {
+				if got := a.over(e[0], e[1]); got != (i == c.after) {
+					t.Errorf("end %d %v: release %v, want %v", i, e, got, i == c.after)
+				}
+			}
+		})
+	}
+}
