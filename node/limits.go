@@ -285,7 +285,13 @@ func (l *limiter) release(ref task.Ref) {
 	}
 }
 
-func interval(lim store.Limit) time.Duration { return lim.Period / time.Duration(lim.Rate) }
+func interval(lim store.Limit) time.Duration { return lim.Interval() }
+
+// window is the time a rate limit's whole burst takes to refill.
+func window(lim store.Limit) time.Duration {
+	_, w := lim.BurstWindow()
+	return w
+}
 
 // tatOf is a key's theoretical arrival time (GCRA): it may start a task at
 // now when tat - now <= (burst-1) × interval. A key not seen yet starts
@@ -299,7 +305,7 @@ func (l *limiter) tatOf(lim store.Limit, rk rateKey, bucket int, now time.Time) 
 	if !ok {
 		at = now
 	}
-	return maxTime(now, at.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+	return maxTime(now, at.Add(window(lim)))
 }
 
 // freshTAT is tatOf for a key not seen yet in any held bucket: the
@@ -311,7 +317,7 @@ func (l *limiter) freshTAT(lim store.Limit, now time.Time) time.Time {
 			youngest = at
 		}
 	}
-	return maxTime(now, youngest.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+	return maxTime(now, youngest.Add(window(lim)))
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -325,11 +331,12 @@ func maxTime(a, b time.Time) time.Time {
 // tat is tat.
 func tokens(lim store.Limit, tat, now time.Time) int {
 	iv := interval(lim)
-	slack := time.Duration(lim.EffectiveBurst())*iv - tat.Sub(now)
+	burst, w := lim.BurstWindow()
+	slack := w - tat.Sub(now)
 	if slack < iv {
 		return 0
 	}
-	return min(lim.EffectiveBurst(), int(slack/iv))
+	return min(burst, int(slack/iv))
 }
 
 // claim builds the limited claim for the buckets in held that are ready,
@@ -680,7 +687,7 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kin
 				for rk, tat := range l.tat {
 					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
 						closed[rk] = true
-						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
+						next := tat.Sub(now) - (window(lim) - interval(lim))
 						fresh, keys = l.reasonLocked(fresh, keys, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
 							lim.Name, rk.key, next.Round(100*time.Millisecond)))
 					}

@@ -180,3 +180,36 @@ func TestLimitRoomTheClaimCannotFillIsNoRoom(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitRateCountsWithoutOverflowOrRounding: a rate limit stored before
+// the stores refused what a holder cannot count still counts right: a
+// burst whose refill overflowed a duration (1 a day, burst 200,000) closed
+// its keys for good, and must let a key start once a day has refilled a
+// token; an interval rounded down (600,000 per 1ms, 1ns each) allowed more
+// starts than asked, and must never pass rate + burst in a period.
+func TestLimitRateCountsWithoutOverflowOrRounding(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	t.Run("overflow", func(t *testing.T) {
+		l := newTestLimiter(store.Limit{Name: "daily", Kind: "job", Per: store.PerKey, Rate: 1, Period: 24 * time.Hour, Burst: 200_000})
+		l.acquired[0] = t0
+		now := t0.Add(24*time.Hour + time.Second)
+		l.clock = func() time.Time { return now }
+		_, lc := l.claim(nil, nil)
+		if len(lc.Kinds) != 1 || lc.Kinds[0].KeyRoom != 1 {
+			t.Fatalf("a day after the bucket was taken, a key of 1 a day has rooms %+v; want KeyRoom 1", lc.Kinds)
+		}
+	})
+	t.Run("rounding", func(t *testing.T) {
+		lim := store.Limit{Name: "fast", Kind: "job", Per: store.PerKey, Rate: 600_000, Period: time.Millisecond, Burst: 1000}
+		// What hold does for each start: tat = max(tat, now) + interval.
+		tat, started := t0, 0
+		for now := t0; now.Before(t0.Add(lim.Period)); now = now.Add(time.Microsecond) {
+			n := tokens(lim, tat, now)
+			started += n
+			tat = maxTime(tat, now).Add(time.Duration(n) * interval(lim))
+		}
+		if most := lim.Rate + lim.EffectiveBurst(); started > most {
+			t.Fatalf("%v allowed %d starts in one period; want at most %d", lim, started, most)
+		}
+	})
+}

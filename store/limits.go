@@ -46,6 +46,17 @@ const (
 	MaxLimitConcurrency = 1_000_000
 	MaxLimitRate        = 1_000_000
 	MaxLimitPeriod      = 24 * time.Hour
+	// MinLimitInterval is the shortest time between two starts a rate
+	// may ask for (Period / Rate): the holder counts whole nanoseconds,
+	// and rounds an interval up, so that a rate never allows more starts
+	// than it names; from 1µs the rounding costs at most one start in a
+	// thousand.
+	MinLimitInterval = time.Microsecond
+	// MaxLimitRefill bounds the time a rate limit takes to refill a
+	// whole burst (Burst × Period / Rate): a holder computes it as a
+	// duration, and a key that waits longer than a year for its burst is
+	// no limit anyone means.
+	MaxLimitRefill = 365 * 24 * time.Hour
 )
 
 // CheckLimit refuses a limit no store could keep, naming the bad field and
@@ -77,12 +88,48 @@ func CheckLimit(l Limit) error {
 		return bad("limit", l.Name, "has a period or burst without a rate", "give a Period and a Burst only with a Rate")
 	case l.Burst < 0 || l.Burst > MaxLimitRate:
 		return bad("limit burst", l.Burst, "is out of range", fmt.Sprintf("give 1 to %d, or 0 for 1", MaxLimitRate))
+	case l.Rate > 0 && l.Period/time.Duration(l.Rate) < MinLimitInterval:
+		return bad("Limit.Rate", l.Rate, fmt.Sprintf("starts per %v is more than one per %v", l.Period, MinLimitInterval),
+			fmt.Sprintf("give at most %d per %v (Period / Rate at least %v)", l.Period/MinLimitInterval, l.Period, MinLimitInterval))
+	case l.Rate > 0 && l.EffectiveBurst() > MaxBurst(l.Rate, l.Period):
+		return bad("Limit.Burst", l.Burst, fmt.Sprintf("takes longer than %v to refill at %d per %v", MaxLimitRefill, l.Rate, l.Period),
+			fmt.Sprintf("give at most %d (Burst × Period / Rate at most %v)", MaxBurst(l.Rate, l.Period), MaxLimitRefill))
 	}
 	return nil
 }
 
+// MaxBurst is the largest burst a rate of rate starts per period may
+// have: the one it refills within MaxLimitRefill (at least 1, at most
+// MaxLimitRate).
+func MaxBurst(rate int, period time.Duration) int {
+	iv := Limit{Rate: rate, Period: period}.Interval()
+	return int(min(max(1, int64(MaxLimitRefill/iv)), MaxLimitRate))
+}
+
 // EffectiveBurst is the starts a rate limit allows at once.
 func (l Limit) EffectiveBurst() int { return max(1, l.Burst) }
+
+// Interval is the time between two starts a rate limit allows, Period /
+// Rate rounded up to a whole nanosecond, so that no rate allows more
+// starts than it names (at least 1ns, whatever was stored).
+func (l Limit) Interval() time.Duration {
+	if l.Rate <= 0 {
+		return l.Period
+	}
+	r := time.Duration(l.Rate)
+	return max(1, (l.Period+r-1)/r)
+}
+
+// BurstWindow is the starts a rate limit allows at once as a holder counts
+// them, and the time they take to refill (burst × Interval): the burst is
+// EffectiveBurst, but never more than refill within MaxLimitRefill, so that
+// the window never overflows, even for a limit stored before CheckLimit
+// refused larger bursts.
+func (l Limit) BurstWindow() (burst int, window time.Duration) {
+	iv := l.Interval()
+	burst = min(l.EffectiveBurst(), int(max(1, MaxLimitRefill/iv)))
+	return burst, time.Duration(burst) * iv
+}
 
 // String describes the rule: "concurrency 2 per key", "rate 10/1s burst 5
 // per key", "concurrency 4 per fleet".
