@@ -83,8 +83,13 @@ type limiter struct {
 	// clock: a rate-limited key starts with no tokens at a takeover.
 	acquired map[int]time.Time
 	tat      map[rateKey]time.Time
-	shares   map[string]shareState // by limit name
-	reasons  map[kindKey]string    // written on the task rows
+	// tatBucket is the bucket of each key in tat: a bucket that leaves, or
+	// is taken under a new epoch, takes its keys' rate state with it, so
+	// that a node retaking a bucket starts its keys empty at the
+	// acquisition like any new holder.
+	tatBucket map[rateKey]int
+	shares    map[string]shareState // by limit name
+	reasons   map[kindKey]string    // written on the task rows
 	// wideSent, wideAt and wideTook are the reasons naming more than one
 	// key last sent, when, and how long the store took to write them
 	// (writeReasons).
@@ -159,7 +164,7 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 		limits: map[string][]store.Limit{}, own: map[task.Ref]use{}, ownTasks: map[int64]int{},
 		foreign: map[int64]use{},
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
-		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
+		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{}, tatBucket: map[rateKey]int{},
 		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
 		closed: map[rateKey]bool{},
 	}
@@ -226,6 +231,7 @@ func (l *limiter) hold(ts []*task.Task) {
 			if lim.Rate > 0 {
 				rk := rateKey{lim.Name, u.key}
 				l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
+				l.tatBucket[rk] = t.Bucket
 			}
 		}
 		k := kindKey{u.kind, u.key}
@@ -503,6 +509,7 @@ func (l *limiter) prune() {
 		p, ok := period[rk.limit]
 		if !ok || now.Sub(tat) > rateIdle*p {
 			delete(l.tat, rk)
+			delete(l.tatBucket, rk)
 		}
 	}
 }
@@ -838,9 +845,33 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock()
-	for _, h := range hs {
+	bs := make([]int, len(hs))
+	for i, h := range hs {
 		delete(l.ready, h.Bucket)
 		l.acquired[h.Bucket] = now
+		bs[i] = h.Bucket
+	}
+	l.forgetRatesLocked(bs)
+}
+
+// forgetRatesLocked drops the rate state of the keys of buckets bs: such a
+// key, seen again, starts as a key not seen, empty at its bucket's
+// acquisition. Kept, a key's state from before the bucket left would give
+// it its burst again on a retake, after the holder between had started its
+// own (10/10s burst 10 allowed 28 starts in under 10 s).
+func (l *limiter) forgetRatesLocked(bs []int) {
+	if len(l.tatBucket) == 0 || len(bs) == 0 {
+		return
+	}
+	gone := make(map[int]bool, len(bs))
+	for _, b := range bs {
+		gone[b] = true
+	}
+	for rk, b := range l.tatBucket {
+		if gone[b] {
+			delete(l.tat, rk)
+			delete(l.tatBucket, rk)
+		}
 	}
 }
 
@@ -855,6 +886,7 @@ func (l *limiter) bucketsLeft(bs []int) {
 		delete(l.ready, b)
 		delete(l.acquired, b)
 	}
+	l.forgetRatesLocked(bs)
 }
 
 // sharePass renews the shares of fleet-wide limits between limit passes

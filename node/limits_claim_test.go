@@ -213,3 +213,46 @@ func TestLimitRateCountsWithoutOverflowOrRounding(t *testing.T) {
 		}
 	})
 }
+
+// TestLimitRetakingABucketStartsItsKeysEmpty: a node that gives a bucket
+// up and takes it back starts its rate-limited keys empty at the new
+// acquisition, like any new holder: the starts of the holder between and
+// its own then stay within rate + burst. (Its old state gave a key that
+// spent its burst most of the burst again.)
+func TestLimitRetakingABucketStartsItsKeysEmpty(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lose func(l *limiter)
+	}{
+		{"left then taken", func(l *limiter) { l.bucketsLeft([]int{5}) }},
+		{"taken under a new epoch", func(*limiter) {}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newTestLimiter(store.Limit{Name: "r", Kind: "job", Per: store.PerKey, Rate: 10, Period: 10 * time.Second, Burst: 10})
+			t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+			now := t0
+			l.clock = func() time.Time { return now }
+			l.acquiredBuckets([]store.HeldBucket{{Bucket: 5, Epoch: 1}})
+			now = t0.Add(10 * time.Second) // the burst has filled
+			var burst []*task.Task
+			for i := range 10 {
+				burst = append(burst, &task.Task{ID: int64(i + 1), Kind: "job", Key: "a", Bucket: 5, ClaimSeq: 1})
+			}
+			l.hold(burst)
+			for _, tk := range burst {
+				l.release(tk.Ref())
+			}
+			now = t0.Add(19 * time.Second) // another holder had it between
+			c.lose(l)
+			l.acquiredBuckets([]store.HeldBucket{{Bucket: 5, Epoch: 3}})
+			_, lc := l.claim(nil, nil)
+			room := lc.Kinds[0].KeyRoom
+			if a, named := namedKeys(t, lc)["a"]; named {
+				room = a.Room
+			}
+			if room != 0 {
+				t.Fatalf("key a has room %d at the retake of its bucket; want 0 (empty at the acquisition)", room)
+			}
+		})
+	}
+}
