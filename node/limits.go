@@ -663,6 +663,46 @@ func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int)
 	l.mu.Unlock()
 }
 
+// releaseShares gives back, at a graceful shutdown, the shares of the
+// fleet-wide limits this holder took: with its buckets released it claims
+// nothing more, and a share left live would hold the fleet below its limit
+// for up to a lease TTL at each step of a rolling deploy. It publishes a
+// demand of nothing, so that its grant is 0; what its handlers still run
+// (past Shutdown's deadline) counts for the others by its rows, as for a
+// lapsed share. A store that does not answer leaves the share to lapse.
+func (l *limiter) releaseShares(ctx context.Context) {
+	if !l.active() {
+		return
+	}
+	l.mu.Lock()
+	var held []string
+	for name, sh := range l.shares {
+		if sh.share > 0 || sh.demand > 0 {
+			held = append(held, name)
+		}
+	}
+	l.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	slices.Sort(held)
+	l.shareGate.Lock()
+	defer l.shareGate.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, name := range held {
+		_, err := l.store.TakeShare(ctx, store.ShareRequest{Limit: name, Owner: l.owner, Node: l.node, TTL: l.ttl})
+		if err != nil {
+			l.log.Warn("giving back a share of a fleet-wide limit at shutdown failed; it lapses with its TTL",
+				zap.String("limit", name), zap.Error(err))
+			continue
+		}
+		l.mu.Lock()
+		l.shares[name] = shareState{}
+		l.mu.Unlock()
+	}
+}
+
 // maxReasonKeys bounds the keys whose reasons one refresh writes.
 const maxReasonKeys = 100
 

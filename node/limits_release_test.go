@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,4 +116,57 @@ func TestLimitAnAttemptIsReleasedOnceWhateverTheOrderOfItsEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLimitGracefulShutdownGivesBackItsFleetShare: a node that shuts down
+// gives back its share of a fleet-wide limit with its buckets, so that the
+// other holders may use the whole limit at once rather than a lease TTL
+// (a minute here) later.
+func TestLimitGracefulShutdownGivesBackItsFleetShare(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	lim := store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 2}
+	gate := make(chan struct{})
+	var nodes []*Node
+	for i, bs := range [][]int{b.bucketRange(0, 32), b.bucketRange(32, 64)} {
+		cfg := b.config(t, fmt.Sprintf("n%d", i), bs...)
+		cfg.Limits = []store.Limit{lim}
+		cfg.BucketLeaseHeartbeat = 20 * time.Second
+		cfg.BucketLeaseTTL = time.Minute
+		nodes = append(nodes, b.startNode(t, cfg, map[string]Handler{"train": led.handler(gate)}))
+	}
+	t.Cleanup(func() { close(gate) }) // before the nodes' shutdowns
+	leaving, staying := nodes[0], nodes[1]
+	// One long task in the leaving node's buckets, two in the staying
+	// node's: each runs one, at a share of 1.
+	first := submit(t, leaving, SubmitRequest{Kind: "train", Key: b.keysIn(leaving.cfg.Buckets, 1)[0]})
+	eventually(t, "the leaving node runs its task", b.statusIs(t, first.ID, task.Running))
+	var stayingIDs []int64
+	for _, key := range b.keysIn(staying.cfg.Buckets, 2) {
+		stayingIDs = append(stayingIDs, submit(t, staying, SubmitRequest{Kind: "train", Key: key}).ID)
+	}
+	eventually(t, "two running, one on each node", func() bool { return led.started() == 2 })
+	claimPassesAfter(t, staying)
+	if got := led.started(); got != 2 {
+		t.Fatalf("%d running under a fleet limit of 2", got)
+	}
+	// A context ended already: Shutdown cancels the running handler at
+	// once, and its task is released.
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	if err := leaving.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shares, err := b.store.ListShares(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shares {
+		if sh.Owner == leaving.incarnation && sh.Alive && sh.Share > 0 {
+			t.Fatalf("after its shutdown, %s still holds a share of %d of %s until %v", sh.Node, sh.Share, sh.Limit, sh.ExpiresAt)
+		}
+	}
+	eventually(t, "both of the staying node's tasks run", func() bool {
+		return b.get(t, stayingIDs[0]).Status == task.Running && b.get(t, stayingIDs[1]).Status == task.Running
+	})
 }
