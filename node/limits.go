@@ -652,7 +652,7 @@ func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int)
 	l.mu.Unlock()
 	sent := l.clock()
 	sh, err := l.store.TakeShare(ctx, store.ShareRequest{Limit: lim.Name, Owner: l.owner, Node: l.node,
-		Running: running, MaxDemand: l.conc, Buckets: buckets, TTL: l.ttl})
+		Running: running, MaxDemand: l.conc, Buckets: buckets, Capacity: l.capacity, TTL: l.ttl})
 	if err != nil {
 		// The old share stays until its local deadline, then counts as 0.
 		l.log.Warn("renewing a share of a fleet-wide limit failed", zap.String("limit", lim.Name), zap.Error(err))

@@ -350,7 +350,12 @@ type ShareRequest struct {
 	// node's concurrency).
 	MaxDemand int
 	Buckets   []int // the owner's held buckets, where its queued demand is
-	TTL       time.Duration
+	// Capacity is what the owner has of each resource in all: a queued
+	// task that needs more of one than that can never start there, and is
+	// no demand of the owner's. nil is none: only the tasks that need no
+	// resource count.
+	Capacity Resources
+	TTL      time.Duration
 }
 
 // Share is a holder's grant of a fleet-wide limit: it may run up to Share

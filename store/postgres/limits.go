@@ -417,7 +417,8 @@ const takeShareLockSQL = `
 SELECT kind, per, concurrency FROM flotilla_limits WHERE name = $1 FOR UPDATE`
 
 // takeShareReadSQL returns, under that lock, the owner's queued demand
-// (capped at the limit), and for every other holder its owner and demand
+// (capped at the limit; only tasks that need no more of a resource than the
+// owner has in all, $4 and $5, count), and for every other holder its owner and demand
 // when its share is live and what it counts for: the larger of its live share and
 // the tasks of the kind it runs. It reads the limit's kind and
 // concurrency itself, so that it goes in the same round trip as the lock.
@@ -441,6 +442,10 @@ SELECT
         SELECT 1 FROM flotilla_tasks t
         WHERE t.status IN ` + claimableStatusesSQL + ` AND t.run_at <= statement_timestamp()
           AND t.kind = (SELECT kind FROM lim) AND t.bucket = ANY($3::int[])
+          AND NOT (t.resources IS NOT NULL AND EXISTS (
+              SELECT 1 FROM jsonb_each_text(t.resources) AS y(name, amount)
+              LEFT JOIN unnest($4::text[], $5::bigint[]) AS cap(name, amount) ON cap.name = y.name
+              WHERE y.amount::bigint > coalesce(cap.amount, 0)))
         LIMIT (SELECT concurrency FROM lim)) q),
     coalesce((SELECT array_agg(owner ORDER BY owner) FROM shares), '{}'),
     coalesce((SELECT array_agg(demand ORDER BY owner) FROM shares), '{}'),
@@ -488,7 +493,12 @@ func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (sto
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(takeShareLockSQL, req.Limit)
-	b.Queue(takeShareReadSQL, req.Limit, req.Owner, bs)
+	capNames, capAmounts := []string{}, []int64{}
+	for name, v := range req.Capacity {
+		capNames = append(capNames, name)
+		capAmounts = append(capAmounts, v)
+	}
+	b.Queue(takeShareReadSQL, req.Limit, req.Owner, bs, capNames, capAmounts)
 	br := conn.SendBatch(ctx, b)
 	var per string
 	var n, queued, others int32
