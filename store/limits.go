@@ -239,13 +239,15 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 // the keys waiting behind a long backlog of one key are seen too. Over those
 // candidates, in claim order, it takes a candidate when, counting the
 // candidates before it in claim order, its rank within its (kind, limit key)
-// is below the key's room, its rank within its kind below the kind's room,
-// and the running sum of every resource it needs is within Free (a
-// candidate needing more than Capacity counting in none of these). Of those,
-// it takes at most Limit in round-robin order: by the key's turn plus the
+// is below the key's room and its rank within its kind below the kind's
+// room, and when, counting the candidates before it in round-robin order,
+// the running sum of every resource it needs is within Free (a candidate
+// needing more than Capacity counting in none of these). Of those, it takes
+// at most Limit in round-robin order: by the key's turn plus the
 // candidate's rank within its key (KeyRoom.Turn, 0 for keys not named), then
 // fewest used (KeyRoom.Used), then in claim order. A key with many queued
-// tasks therefore takes one start per round like a key with few.
+// tasks therefore takes one start per round like a key with few, whatever
+// resources they need.
 type LimitedClaim struct {
 	Scan  int        // candidates per walk; 0 means ScanOf's
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
@@ -639,11 +641,11 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 		round int // the key's turn + the rank within its key
 		used  int
 		pos   int
+		room  bool // within its key's and its kind's rooms
 	}
-	var picks []pick
+	var order []pick
 	keyRank := map[kindKey]int{}
 	kindRank := map[string]int{}
-	sums := map[string]int64{}
 	for i, t := range cands {
 		if v.lc.Capacity != nil && !v.lc.Capacity.Covers(t.Resources) {
 			continue // it never starts here, and holds back no other
@@ -652,29 +654,35 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 		rk, rkind := keyRank[k], kindRank[t.Kind]
 		keyRank[k]++
 		kindRank[t.Kind]++
+		room, used := v.Room(k.kind, k.key)
+		kr, limited := v.kinds[t.Kind]
+		within := (room < 0 || rk < room) && (!limited || kr.Room < 0 || rkind < kr.Room)
+		order = append(order, pick{v.turn(k.kind, k.key) + rk, used, i, within})
+	}
+	slices.SortStableFunc(order, func(a, b pick) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.used, b.used), cmp.Compare(a.pos, b.pos))
+	})
+	// Resources are summed in that round-robin order, not in claim order:
+	// summed in claim order, one key's older tasks took every gpu before
+	// another key's turn came. A task that does not fit still counts, so
+	// that one waiting for two gpus keeps its place in the round against
+	// those after it that need one.
+	sums := map[string]int64{}
+	var out []int
+	for _, p := range order {
+		if len(out) >= limit {
+			break
+		}
 		fits := true
-		for name, need := range t.Resources {
+		for name, need := range cands[p.pos].Resources {
 			sums[name] += need
 			if sums[name] > v.lc.Free[name] {
 				fits = false
 			}
 		}
-		room, used := v.Room(k.kind, k.key)
-		kr, limited := v.kinds[t.Kind]
-		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
-			continue
+		if fits && p.room {
+			out = append(out, p.pos)
 		}
-		picks = append(picks, pick{v.turn(k.kind, k.key) + rk, used, i})
-	}
-	slices.SortStableFunc(picks, func(a, b pick) int {
-		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.used, b.used), cmp.Compare(a.pos, b.pos))
-	})
-	if len(picks) > limit {
-		picks = picks[:limit]
-	}
-	out := make([]int, len(picks))
-	for i, p := range picks {
-		out[i] = p.pos
 	}
 	slices.Sort(out)
 	return out

@@ -193,6 +193,25 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("no gpu free, claimed %v", ids(got))
 		}
 	})
+	// The round robin holds for tasks that need resources: a key that has
+	// started in the round waits for another key's first task, though its
+	// older tasks come first in claim order and need the one gpu too.
+	t.Run("ClaimRoundRobinHoldsForTasksThatNeedResources", func(t *testing.T) {
+		b := setup(t, h)
+		gpu := store.Resources{"gpu": 1}
+		for i := range 40 {
+			b.create(store.NewTask{Key: fmt.Sprintf("hot-%d", i), LimitKey: "hot", Bucket: 3, Resources: gpu})
+		}
+		cold := b.create(store.NewTask{Key: "cold", Bucket: 3, Resources: gpu})[0]
+		held := b.hold("a", 3)
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "hot", Room: -1, Turn: 1}},
+			Free: gpu, Capacity: gpu,
+		})
+		if !slices.Equal(ids(got), []int64{cold.ID}) {
+			t.Errorf("with one gpu free and key hot a round ahead, claimed %v; want cold's task %d", ids(got), cold.ID)
+		}
+	})
 	// A task first in line that needs more than the node has in all never
 	// starts there and holds back none after it; one that could start
 	// once enough is free keeps its place.
