@@ -228,7 +228,7 @@ func (l *limiter) hold(ts []*task.Task) {
 		l.owned.Add(1)
 		l.add(u, 1)
 		for _, lim := range l.limits[t.Kind] {
-			if lim.Rate > 0 {
+			if lim.Rate > 0 && u.key != "" { // a task without a key is under no per-key limit
 				rk := rateKey{lim.Name, u.key}
 				l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
 				l.tatBucket[rk] = t.Bucket
@@ -374,6 +374,9 @@ func (l *limiter) claim(held []store.HeldBucket, ending []task.Ref) ([]store.Hel
 	// a key not seen has nothing running and has not started under a rate
 	// limit yet.
 	roomOf := func(kind, key string, seen bool) int {
+		if seen && key == "" {
+			return -1 // a task without a key or limit key is under no per-key limit
+		}
 		room, used := -1, 0
 		if seen {
 			used = l.running[kindKey{kind, key}]
@@ -427,7 +430,7 @@ func (l *limiter) claim(held []store.HeldBucket, ending []task.Ref) ([]store.Hel
 		if !ok {
 			room = -1
 		}
-		if rated[k.kind] {
+		if rated[k.kind] || k.key == "" {
 			room = roomOf(k.kind, k.key, true)
 		}
 		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: room, Turn: turn - l.round})
@@ -450,6 +453,22 @@ func (l *limiter) claim(held []store.HeldBucket, ending []task.Ref) ([]store.Hel
 				lc.Keys = append(lc.Keys, store.KeyRoom{Kind: kind, Key: rk.key, Room: roomOf(kind, rk.key, true)})
 			}
 		}
+	}
+	// Tasks with neither a key nor a limit key share the limit key "",
+	// which is in a random bucket of each of them: counted as one key,
+	// every holder would enforce its own "" key and the limit would grow
+	// with the fleet. They are under no per-key limit of their kind (its
+	// fleet-wide limits and the resources still apply), so "" is named
+	// with no room of its own wherever a per-key limit would close it.
+	for kind, room := range unseenRoom {
+		k := kindKey{kind, ""}
+		if room < 0 || l.running[k] > 0 {
+			continue
+		}
+		if _, named := l.turn[k]; named {
+			continue
+		}
+		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: kind, Key: "", Room: -1})
 	}
 	// A key is busy, and left out of the claim's second walk, from half
 	// the use of the busiest key: the keys using less are seen even when
@@ -725,7 +744,7 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kin
 			switch {
 			case lim.Per == store.PerKey && lim.Concurrency > 0:
 				for k, n := range l.running {
-					if k.kind == kind && n >= lim.Concurrency {
+					if k.kind == kind && k.key != "" && n >= lim.Concurrency {
 						closed[rateKey{lim.Name, k.key}] = true
 						fresh, keys = l.reasonLocked(fresh, keys, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
 					}

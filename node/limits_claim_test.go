@@ -27,9 +27,14 @@ func newTestLimiter(lims ...store.Limit) *limiter {
 func namedKeys(t *testing.T, lc store.LimitedClaim) map[string]store.KeyRoom {
 	t.Helper()
 	out := map[string]store.KeyRoom{}
+	seen := map[kindKey]bool{}
 	for _, k := range lc.Keys {
-		if _, dup := out[k.Key]; dup {
-			t.Fatalf("key %s of kind %s is named twice in the claim", k.Key, k.Kind)
+		if seen[kindKey{k.Kind, k.Key}] {
+			t.Fatalf("key %q of kind %s is named twice in the claim", k.Key, k.Kind)
+		}
+		seen[kindKey{k.Kind, k.Key}] = true
+		if k.Key == "" {
+			continue // the keyless tasks of each kind (TestLimitTasksWithoutAKeyAreUnderNoPerKeyLimit)
 		}
 		out[k.Key] = k
 	}
@@ -254,5 +259,40 @@ func TestLimitRetakingABucketStartsItsKeysEmpty(t *testing.T) {
 				t.Fatalf("key a has room %d at the retake of its bucket; want 0 (empty at the acquisition)", room)
 			}
 		})
+	}
+}
+
+// TestLimitTasksWithoutAKeyAreUnderNoPerKeyLimit: tasks with neither a
+// key nor a limit key, placed in random buckets, are under no per-key
+// limit of their kind: the claim names the key "" with no room of its
+// own, whatever of them runs or started, and no reason closes it.
+func TestLimitTasksWithoutAKeyAreUnderNoPerKeyLimit(t *testing.T) {
+	l := newTestLimiter(
+		store.Limit{Name: "one", Kind: "job", Per: store.PerKey, Concurrency: 1},
+		store.Limit{Name: "slow", Kind: "job", Per: store.PerKey, Rate: 1, Period: time.Hour},
+	)
+	l.acquired[0] = time.Now() // a key not seen has no token yet
+	check := func(when string) {
+		t.Helper()
+		_, lc := l.claim(nil, nil)
+		found := false
+		for _, k := range lc.Keys {
+			if k.Kind == "job" && k.Key == "" {
+				found = true
+				if k.Room != -1 {
+					t.Errorf("%s: the keyless tasks of job are named with room %d; want -1 (no per-key limit)", when, k.Room)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: the claim does not name the keyless tasks of job; they would get a key not seen's room %d",
+				when, lc.Kinds[0].KeyRoom)
+		}
+	}
+	check("nothing started")
+	l.hold([]*task.Task{{ID: 1, Kind: "job", ClaimSeq: 1}, {ID: 2, Kind: "job", ClaimSeq: 1}})
+	check("two running")
+	if _, ok := l.tat[rateKey{"slow", ""}]; ok {
+		t.Errorf("the keyless tasks took the rate state of a key")
 	}
 }
