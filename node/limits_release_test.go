@@ -187,3 +187,38 @@ func TestLimitKeylessTasksRunBesideEachOther(t *testing.T) {
 	}
 	eventually(t, "three keyless tasks run at once", func() bool { return led.started() == 3 })
 }
+
+// TestLimitATaskThatCanNeverStartHoldsNoFleetShare: a holder whose only
+// queued task needs two gpus and has one asks for no share of a fleet-wide
+// limit of 1, so another holder's runnable task starts.
+func TestLimitATaskThatCanNeverStartHoldsNoFleetShare(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	lim := store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 1}
+	config := func(id string, buckets []int) Config {
+		cfg := b.config(t, id, buckets...)
+		cfg.Limits = []store.Limit{lim}
+		cfg.Capacity = store.Resources{"gpu": 1}
+		cfg.BucketLeaseHeartbeat = 50 * time.Millisecond
+		cfg.BucketLeaseTTL = time.Minute
+		return cfg
+	}
+	first := b.startNode(t, config("n0", b.bucketRange(0, 32)), map[string]Handler{"train": led.handler(nil)})
+	submit(t, first, SubmitRequest{Kind: "train", Key: b.keysIn(first.cfg.Buckets, 1)[0], Resources: store.Resources{"gpu": 2}})
+	eventually(t, "n0 took its share after the task was queued", func() bool {
+		shares, err := b.store.ListShares(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range shares {
+			if sh.Owner == first.incarnation && sh.Alive {
+				return first.claimPasses.Load() > 0 && len(first.LimitUse()) > 0
+			}
+		}
+		return false
+	})
+	claimPassesAfter(t, first)
+	second := b.startNode(t, config("n1", b.bucketRange(32, 64)), map[string]Handler{"train": led.handler(nil)})
+	tk := submit(t, second, SubmitRequest{Kind: "train", Key: b.keysIn(second.cfg.Buckets, 1)[0]})
+	eventually(t, "n1's runnable task runs", b.statusIs(t, tk.ID, task.Succeeded))
+}
