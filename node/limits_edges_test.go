@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -221,4 +222,32 @@ func TestLimitATaskThatCanNeverStartHoldsNoFleetShare(t *testing.T) {
 	second := b.startNode(t, config("n1", b.bucketRange(32, 64)), map[string]Handler{"train": led.handler(nil)})
 	tk := submit(t, second, SubmitRequest{Kind: "train", Key: b.keysIn(second.cfg.Buckets, 1)[0]})
 	eventually(t, "n1's runnable task runs", b.statusIs(t, tk.ID, task.Succeeded))
+}
+
+// TestLimitRoundRobinHoldsForTasksThatNeedAGpu is the case: on a
+// node with one gpu, 40 queued gpu tasks of one key older than one of
+// another key: the other key's task starts second, not last.
+func TestLimitRoundRobinHoldsForTasksThatNeedAGpu(t *testing.T) {
+	b := setup(t)
+	led := newLedger()
+	gpu := store.Resources{"gpu": 1}
+	var nts []store.NewTask
+	for i := range 40 {
+		nts = append(nts, store.NewTask{Kind: "train", Key: fmt.Sprintf("hot-%d", i), LimitKey: "hot",
+			Bucket: b.policy.Of("hot"), Resources: gpu, MaxAttempts: 1})
+	}
+	nts = append(nts, store.NewTask{Kind: "train", Key: "cold", Bucket: b.policy.Of("cold"), Resources: gpu, MaxAttempts: 1})
+	if _, err := b.store.CreateTasks(b.ctx, nts); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config(t, "n1")
+	cfg.Capacity = gpu
+	b.startNode(t, cfg, map[string]Handler{"train": led.handler(nil)})
+	eventually(t, "all 41 ran", func() bool { return led.started() == 41 })
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	at := slices.Index(led.order, "cold")
+	if at > 1 {
+		t.Errorf("the cold key's one task started %d of 41, after %d of the hot key's; want second", at+1, at)
+	}
 }
