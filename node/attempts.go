@@ -42,6 +42,10 @@ type attempt struct {
 	mu sync.Mutex
 	// done is set once the handler has returned.
 	done bool
+	// settled is set once the attempt's outcome is written or given up,
+	// and released once what it held in the limiter was freed: when both
+	// done and settled hold, whichever comes last (releaseLimits).
+	settled, released bool
 	// abandoned says why the attempt was given up without a write: its
 	// bucket or task lease was lost. Its handler may still be running.
 	abandoned error
@@ -91,6 +95,22 @@ func (a *attempt) abandon(why error) bool {
 	}
 	a.abandoned = why
 	a.cancel(why)
+	return true
+}
+
+// over records one end of the attempt (its handler returned; its outcome
+// written or given up) and reports whether what it holds in the limiter
+// must be freed now: both ends have come, and it was not freed before.
+// Whatever the order of the ends, it reports true once.
+func (a *attempt) over(returned, settled bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.done = a.done || returned
+	a.settled = a.settled || settled
+	if !a.done || !a.settled || a.released {
+		return false
+	}
+	a.released = true
 	return true
 }
 

@@ -162,7 +162,7 @@ func (n *Node) claimLimited(ctx context.Context, req store.ClaimRequest, held []
 // limitedRequest narrows req to what the limiter leaves room for, as if
 // the attempts ending had already freed what they hold (their outcomes are
 // written first, in the same transaction). The caller holds shareGate.
-func (n *Node) limitedRequest(req store.ClaimRequest, held []store.HeldBucket, ending []int64) (store.ClaimRequest, store.LimitedClaim) {
+func (n *Node) limitedRequest(req store.ClaimRequest, held []store.HeldBucket, ending []task.Ref) (store.ClaimRequest, store.LimitedClaim) {
 	var lc store.LimitedClaim
 	req.Buckets, lc = n.limits.claim(held, ending)
 	if room, bounded := kindsRoom(lc, n.kinds); bounded {
@@ -219,9 +219,13 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	if free <= 0 || len(held) == 0 || len(n.kinds) == 0 || store.CheckOneWrite(trs) != nil {
 		return false
 	}
-	ending := make([]int64, len(batch))
-	for i, cp := range batch {
-		ending[i] = cp.a.ref.ID
+	// A handler given up after a stop's grace may still run: what it holds
+	// is not freed by its outcome, and the claim must not count it free.
+	ending := make([]task.Ref, 0, len(batch))
+	for _, cp := range batch {
+		if done, _ := cp.a.state(); done {
+			ending = append(ending, cp.a.ref)
+		}
 	}
 	n.limits.shareGate.Lock()
 	req, lc := n.limitedRequest(n.claimRequest(held, free), held, ending)

@@ -208,11 +208,25 @@ func (n *Node) logOutcome(cp completion, o store.Outcome) {
 	}
 }
 
-// settle removes attempts from the registry: their slots are free.
+// settle removes attempts whose outcome is written or given up from the
+// registry: their slots are free. What each holds under the limits is
+// freed once its handler has returned too (a handler abandoned after a
+// stop's grace may still run, and holds its resources until it returns).
 func (n *Node) settle(attempts []*attempt) {
 	n.attempts.settle(attempts)
 	for _, a := range attempts {
-		n.limits.release(a.ref)
+		n.releaseLimits(a, false, true)
 	}
 	n.claimLoop.poke()
+}
+
+// releaseLimits records one end of an attempt and, once both its handler
+// has returned and its outcome is written or given up, frees what it
+// holds in the limiter: once, for every way an attempt ends (outcome
+// written or fenced, abandoned, released at shutdown, stopped past its
+// grace).
+func (n *Node) releaseLimits(a *attempt, returned, settled bool) {
+	if a.over(returned, settled) {
+		n.limits.release(a.ref)
+	}
 }

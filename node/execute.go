@@ -168,6 +168,9 @@ func (n *Node) finish(a *attempt, err error) {
 		// Logged before it is counted out: once no handler is counted,
 		// Shutdown may return, and its caller may close the logger's sink.
 		n.log.Warn("abandoned: "+abandonReason(abandoned), append(a.fields(), zap.NamedError("handler_error", err))...)
+		// Nothing more is written for it (a stop past its grace wrote its
+		// outcome already): what it held is free now that it returned.
+		n.releaseLimits(a, true, true)
 		n.attempts.returned(a, true)
 		n.claimLoop.poke()
 		// A rescue of the task may have waited for this handler.

@@ -24,8 +24,9 @@ import (
 // nothing persistent that could leak a slot.
 //
 // Counts come from two places: this node's own attempts under the epoch it
-// holds each bucket in (tracked exactly, hold at claim and release at
-// settle), and the active rows of its buckets that are not those (a
+// holds each bucket in (tracked exactly by attempt, held at claim and
+// released once the handler has returned and the outcome is written or
+// given up), and the active rows of its buckets that are not those (a
 // previous holder's, or an older epoch's), read from the store at every
 // refresh until they are settled or rescued. A bucket takes part in a
 // limited claim only once a refresh has read its rows under the epoch it is
@@ -67,19 +68,28 @@ type limiter struct {
 	mu     sync.Mutex
 	loaded bool
 	limits map[string][]store.Limit // by kind
-	// own and foreign are what each task holds, by task id.
-	own, foreign map[int64]use
-	running      map[kindKey]int
-	kindRunning  map[string]int
-	used         store.Resources
+	// own is what each of the node's attempts holds, by attempt; ownTasks
+	// counts them by task. foreign is what the active rows of others hold,
+	// by task id.
+	own         map[task.Ref]use
+	ownTasks    map[int64]int
+	foreign     map[int64]use
+	running     map[kindKey]int
+	kindRunning map[string]int
+	used        store.Resources
 	// ready is the epoch each bucket's active rows were last read under.
 	ready map[int]int64
 	// acquired is when each bucket was taken under its epoch, on the local
 	// clock: a rate-limited key starts with no tokens at a takeover.
 	acquired map[int]time.Time
 	tat      map[rateKey]time.Time
-	shares   map[string]shareState // by limit name
-	reasons  map[kindKey]string    // written on the task rows
+	// tatBucket is the bucket of each key in tat: a bucket that leaves, or
+	// is taken under a new epoch, takes its keys' rate state with it, so
+	// that a node retaking a bucket starts its keys empty at the
+	// acquisition like any new holder.
+	tatBucket map[rateKey]int
+	shares    map[string]shareState // by limit name
+	reasons   map[kindKey]string    // written on the task rows
 	// wideSent, wideAt and wideTook are the reasons naming more than one
 	// key last sent, when, and how long the store took to write them
 	// (writeReasons).
@@ -138,7 +148,6 @@ type rateKey struct{ limit, key string }
 type use struct {
 	kind, key string
 	resources store.Resources
-	claimSeq  int64 // of the attempt held (own uses only)
 }
 
 type shareState struct {
@@ -152,9 +161,10 @@ func newLimiter(s store.Store, owner, node string, capacity store.Resources, con
 	l := &limiter{
 		store: s, owner: owner, node: node, capacity: capacity, conc: conc, ttl: ttl, margin: deadlineMargin(ttl),
 		clock: now, log: log,
-		limits: map[string][]store.Limit{}, own: map[int64]use{}, foreign: map[int64]use{},
+		limits: map[string][]store.Limit{}, own: map[task.Ref]use{}, ownTasks: map[int64]int{},
+		foreign: map[int64]use{},
 		running: map[kindKey]int{}, kindRunning: map[string]int{}, used: store.Resources{},
-		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{},
+		ready: map[int]int64{}, acquired: map[int]time.Time{}, tat: map[rateKey]time.Time{}, tatBucket: map[rateKey]int{},
 		shares: map[string]shareState{}, reasons: map[kindKey]string{}, turn: map[kindKey]int{},
 		closed: map[rateKey]bool{},
 	}
@@ -200,28 +210,28 @@ func (l *limiter) hold(ts []*task.Task) {
 	now := l.clock()
 	top := l.round
 	for _, t := range ts {
-		if old, ok := l.own[t.ID]; ok {
-			if old.claimSeq == t.ClaimSeq {
-				continue
-			}
-			// An earlier attempt of the task, ended by the transaction
-			// that claimed this one (flushAndClaim): its release, which
-			// names that attempt, will find this one and leave it.
-			l.add(old, -1)
-			l.owned.Add(-1)
+		ref := t.Ref()
+		if _, ok := l.own[ref]; ok {
+			continue
 		}
-		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources, claimSeq: t.ClaimSeq}
+		// An earlier attempt of the task may still be held: ended by the
+		// transaction that claimed this one (flushAndClaim), or given up
+		// while its handler still runs. It keeps its own hold until its
+		// release, which names it and never this one.
+		u := use{kind: t.Kind, key: store.LimitKeyOf(t.Key, t.LimitKey), resources: t.Resources}
 		if old, ok := l.foreign[t.ID]; ok { // read by a refresh while it was being claimed
 			l.add(old, -1)
 			delete(l.foreign, t.ID)
 		}
-		l.own[t.ID] = u
+		l.own[ref] = u
+		l.ownTasks[t.ID]++
 		l.owned.Add(1)
 		l.add(u, 1)
 		for _, lim := range l.limits[t.Kind] {
-			if lim.Rate > 0 {
+			if lim.Rate > 0 && u.key != "" { // a task without a key is under no per-key limit
 				rk := rateKey{lim.Name, u.key}
 				l.tat[rk] = l.tatOf(lim, rk, t.Bucket, now).Add(interval(lim))
+				l.tatBucket[rk] = t.Bucket
 			}
 		}
 		k := kindKey{u.kind, u.key}
@@ -260,23 +270,34 @@ func (l *limiter) advance(round int) {
 	}
 }
 
-// release frees what a settled attempt held, unless a later attempt of
-// its task holds it now. An attempt claimed while no limit applied holds
-// nothing, and releasing it takes no lock.
+// release frees what the attempt ref held (Node.releaseLimits calls it
+// once the attempt's handler has returned and its outcome is written or
+// given up): never what another attempt of its task holds, and nothing on
+// a second call. An attempt claimed while no limit applied holds nothing,
+// and releasing it takes no lock.
 func (l *limiter) release(ref task.Ref) {
 	if l.owned.Load() == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if u, ok := l.own[ref.ID]; ok && u.claimSeq == ref.ClaimSeq {
+	if u, ok := l.own[ref]; ok {
 		l.add(u, -1)
-		delete(l.own, ref.ID)
+		delete(l.own, ref)
+		if l.ownTasks[ref.ID]--; l.ownTasks[ref.ID] <= 0 {
+			delete(l.ownTasks, ref.ID)
+		}
 		l.owned.Add(-1)
 	}
 }
 
-func interval(lim store.Limit) time.Duration { return lim.Period / time.Duration(lim.Rate) }
+func interval(lim store.Limit) time.Duration { return lim.Interval() }
+
+// window is the time a rate limit's whole burst takes to refill.
+func window(lim store.Limit) time.Duration {
+	_, w := lim.BurstWindow()
+	return w
+}
 
 // tatOf is a key's theoretical arrival time (GCRA): it may start a task at
 // now when tat - now <= (burst-1) × interval. A key not seen yet starts
@@ -290,7 +311,7 @@ func (l *limiter) tatOf(lim store.Limit, rk rateKey, bucket int, now time.Time) 
 	if !ok {
 		at = now
 	}
-	return maxTime(now, at.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+	return maxTime(now, at.Add(window(lim)))
 }
 
 // freshTAT is tatOf for a key not seen yet in any held bucket: the
@@ -302,7 +323,7 @@ func (l *limiter) freshTAT(lim store.Limit, now time.Time) time.Time {
 			youngest = at
 		}
 	}
-	return maxTime(now, youngest.Add(time.Duration(lim.EffectiveBurst())*interval(lim)))
+	return maxTime(now, youngest.Add(window(lim)))
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -316,21 +337,22 @@ func maxTime(a, b time.Time) time.Time {
 // tat is tat.
 func tokens(lim store.Limit, tat, now time.Time) int {
 	iv := interval(lim)
-	slack := time.Duration(lim.EffectiveBurst())*iv - tat.Sub(now)
+	burst, w := lim.BurstWindow()
+	slack := w - tat.Sub(now)
 	if slack < iv {
 		return 0
 	}
-	return min(lim.EffectiveBurst(), int(slack/iv))
+	return min(burst, int(slack/iv))
 }
 
 // claim builds the limited claim for the buckets in held that are ready,
 // and returns them. The tasks ending (of attempts whose outcomes the same
 // transaction writes before it claims) count as released.
-func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBucket, store.LimitedClaim) {
+func (l *limiter) claim(held []store.HeldBucket, ending []task.Ref) ([]store.HeldBucket, store.LimitedClaim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ending {
-		if u, ok := l.own[id]; ok {
+	for _, ref := range ending {
+		if u, ok := l.own[ref]; ok {
 			l.add(u, -1)
 			defer l.add(u, 1)
 		}
@@ -352,6 +374,9 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 	// a key not seen has nothing running and has not started under a rate
 	// limit yet.
 	roomOf := func(kind, key string, seen bool) int {
+		if seen && key == "" {
+			return -1 // a task without a key or limit key is under no per-key limit
+		}
 		room, used := -1, 0
 		if seen {
 			used = l.running[kindKey{kind, key}]
@@ -405,7 +430,7 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 		if !ok {
 			room = -1
 		}
-		if rated[k.kind] {
+		if rated[k.kind] || k.key == "" {
 			room = roomOf(k.kind, k.key, true)
 		}
 		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: k.kind, Key: k.key, Room: room, Turn: turn - l.round})
@@ -428,6 +453,22 @@ func (l *limiter) claim(held []store.HeldBucket, ending []int64) ([]store.HeldBu
 				lc.Keys = append(lc.Keys, store.KeyRoom{Kind: kind, Key: rk.key, Room: roomOf(kind, rk.key, true)})
 			}
 		}
+	}
+	// Tasks with neither a key nor a limit key share the limit key "",
+	// which is in a random bucket of each of them: counted as one key,
+	// every holder would enforce its own "" key and the limit would grow
+	// with the fleet. They are under no per-key limit of their kind (its
+	// fleet-wide limits and the resources still apply), so "" is named
+	// with no room of its own wherever a per-key limit would close it.
+	for kind, room := range unseenRoom {
+		k := kindKey{kind, ""}
+		if room < 0 || l.running[k] > 0 {
+			continue
+		}
+		if _, named := l.turn[k]; named {
+			continue
+		}
+		lc.Keys = append(lc.Keys, store.KeyRoom{Kind: kind, Key: "", Room: -1})
 	}
 	// A key is busy, and left out of the claim's second walk, from half
 	// the use of the busiest key: the keys using less are seen even when
@@ -487,6 +528,7 @@ func (l *limiter) prune() {
 		p, ok := period[rk.limit]
 		if !ok || now.Sub(tat) > rateIdle*p {
 			delete(l.tat, rk)
+			delete(l.tatBucket, rk)
 		}
 	}
 }
@@ -545,7 +587,7 @@ func (l *limiter) refresh(ctx context.Context, held []store.HeldBucket, kinds []
 		delete(l.foreign, id)
 	}
 	for _, r := range rows {
-		if _, mine := l.own[r.ID]; mine && r.Owner == l.owner && r.Epoch == epochOf[r.Bucket] {
+		if l.ownTasks[r.ID] > 0 && r.Owner == l.owner && r.Epoch == epochOf[r.Bucket] {
 			continue
 		}
 		u := use{kind: r.Kind, key: r.LimitKey, resources: r.Resources}
@@ -629,7 +671,7 @@ func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int)
 	l.mu.Unlock()
 	sent := l.clock()
 	sh, err := l.store.TakeShare(ctx, store.ShareRequest{Limit: lim.Name, Owner: l.owner, Node: l.node,
-		Running: running, MaxDemand: l.conc, Buckets: buckets, TTL: l.ttl})
+		Running: running, MaxDemand: l.conc, Buckets: buckets, Capacity: l.capacity, TTL: l.ttl})
 	if err != nil {
 		// The old share stays until its local deadline, then counts as 0.
 		l.log.Warn("renewing a share of a fleet-wide limit failed", zap.String("limit", lim.Name), zap.Error(err))
@@ -638,6 +680,46 @@ func (l *limiter) takeShare(ctx context.Context, lim store.Limit, buckets []int)
 	l.mu.Lock()
 	l.shares[lim.Name] = shareState{share: sh.Share, demand: sh.Demand, deadline: sent.Add(l.ttl - l.margin)}
 	l.mu.Unlock()
+}
+
+// releaseShares gives back, at a graceful shutdown, the shares of the
+// fleet-wide limits this holder took: with its buckets released it claims
+// nothing more, and a share left live would hold the fleet below its limit
+// for up to a lease TTL at each step of a rolling deploy. It publishes a
+// demand of nothing, so that its grant is 0; what its handlers still run
+// (past Shutdown's deadline) counts for the others by its rows, as for a
+// lapsed share. A store that does not answer leaves the share to lapse.
+func (l *limiter) releaseShares(ctx context.Context) {
+	if !l.active() {
+		return
+	}
+	l.mu.Lock()
+	var held []string
+	for name, sh := range l.shares {
+		if sh.share > 0 || sh.demand > 0 {
+			held = append(held, name)
+		}
+	}
+	l.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	slices.Sort(held)
+	l.shareGate.Lock()
+	defer l.shareGate.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, name := range held {
+		_, err := l.store.TakeShare(ctx, store.ShareRequest{Limit: name, Owner: l.owner, Node: l.node, TTL: l.ttl})
+		if err != nil {
+			l.log.Warn("giving back a share of a fleet-wide limit at shutdown failed; it lapses with its TTL",
+				zap.String("limit", name), zap.Error(err))
+			continue
+		}
+		l.mu.Lock()
+		l.shares[name] = shareState{}
+		l.mu.Unlock()
+	}
 }
 
 // maxReasonKeys bounds the keys whose reasons one refresh writes.
@@ -662,7 +744,7 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kin
 			switch {
 			case lim.Per == store.PerKey && lim.Concurrency > 0:
 				for k, n := range l.running {
-					if k.kind == kind && n >= lim.Concurrency {
+					if k.kind == kind && k.key != "" && n >= lim.Concurrency {
 						closed[rateKey{lim.Name, k.key}] = true
 						fresh, keys = l.reasonLocked(fresh, keys, k, fmt.Sprintf("concurrency limit %s: %s at %d/%d", lim.Name, k.key, n, lim.Concurrency))
 					}
@@ -671,7 +753,7 @@ func (l *limiter) writeReasons(ctx context.Context, held []store.HeldBucket, kin
 				for rk, tat := range l.tat {
 					if rk.limit == lim.Name && tokens(lim, tat, now) == 0 {
 						closed[rk] = true
-						next := tat.Sub(now) - time.Duration(lim.EffectiveBurst()-1)*interval(lim)
+						next := tat.Sub(now) - (window(lim) - interval(lim))
 						fresh, keys = l.reasonLocked(fresh, keys, kindKey{kind, rk.key}, fmt.Sprintf("rate limit %s: %s, next start in %v",
 							lim.Name, rk.key, next.Round(100*time.Millisecond)))
 					}
@@ -822,9 +904,33 @@ func (l *limiter) acquiredBuckets(hs []store.HeldBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock()
-	for _, h := range hs {
+	bs := make([]int, len(hs))
+	for i, h := range hs {
 		delete(l.ready, h.Bucket)
 		l.acquired[h.Bucket] = now
+		bs[i] = h.Bucket
+	}
+	l.forgetRatesLocked(bs)
+}
+
+// forgetRatesLocked drops the rate state of the keys of buckets bs: such a
+// key, seen again, starts as a key not seen, empty at its bucket's
+// acquisition. Kept, a key's state from before the bucket left would give
+// it its burst again on a retake, after the holder between had started its
+// own (10/10s burst 10 allowed 28 starts in under 10 s).
+func (l *limiter) forgetRatesLocked(bs []int) {
+	if len(l.tatBucket) == 0 || len(bs) == 0 {
+		return
+	}
+	gone := make(map[int]bool, len(bs))
+	for _, b := range bs {
+		gone[b] = true
+	}
+	for rk, b := range l.tatBucket {
+		if gone[b] {
+			delete(l.tat, rk)
+			delete(l.tatBucket, rk)
+		}
 	}
 }
 
@@ -839,6 +945,7 @@ func (l *limiter) bucketsLeft(bs []int) {
 		delete(l.ready, b)
 		delete(l.acquired, b)
 	}
+	l.forgetRatesLocked(bs)
 }
 
 // sharePass renews the shares of fleet-wide limits between limit passes

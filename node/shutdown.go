@@ -108,6 +108,7 @@ func (n *Node) shutdown(ctx context.Context) error {
 	n.heartbeatLoop.stop()
 	n.leaseLoop.stop()
 	n.keeper.release(ctx, n.bucketsStillRunning())
+	n.limits.releaseShares(ctx) // with the buckets: the node claims nothing more
 	n.keeper.stopTimer()
 	n.stopRegistration(ctx)
 	n.stopRun(ErrShuttingDown)

@@ -46,6 +46,17 @@ const (
 	MaxLimitConcurrency = 1_000_000
 	MaxLimitRate        = 1_000_000
 	MaxLimitPeriod      = 24 * time.Hour
+	// MinLimitInterval is the shortest time between two starts a rate
+	// may ask for (Period / Rate): the holder counts whole nanoseconds,
+	// and rounds an interval up, so that a rate never allows more starts
+	// than it names; from 1µs the rounding costs at most one start in a
+	// thousand.
+	MinLimitInterval = time.Microsecond
+	// MaxLimitRefill bounds the time a rate limit takes to refill a
+	// whole burst (Burst × Period / Rate): a holder computes it as a
+	// duration, and a key that waits longer than a year for its burst is
+	// no limit anyone means.
+	MaxLimitRefill = 365 * 24 * time.Hour
 )
 
 // CheckLimit refuses a limit no store could keep, naming the bad field and
@@ -77,12 +88,48 @@ func CheckLimit(l Limit) error {
 		return bad("limit", l.Name, "has a period or burst without a rate", "give a Period and a Burst only with a Rate")
 	case l.Burst < 0 || l.Burst > MaxLimitRate:
 		return bad("limit burst", l.Burst, "is out of range", fmt.Sprintf("give 1 to %d, or 0 for 1", MaxLimitRate))
+	case l.Rate > 0 && l.Period/time.Duration(l.Rate) < MinLimitInterval:
+		return bad("Limit.Rate", l.Rate, fmt.Sprintf("starts per %v is more than one per %v", l.Period, MinLimitInterval),
+			fmt.Sprintf("give at most %d per %v (Period / Rate at least %v)", l.Period/MinLimitInterval, l.Period, MinLimitInterval))
+	case l.Rate > 0 && l.EffectiveBurst() > MaxBurst(l.Rate, l.Period):
+		return bad("Limit.Burst", l.Burst, fmt.Sprintf("takes longer than %v to refill at %d per %v", MaxLimitRefill, l.Rate, l.Period),
+			fmt.Sprintf("give at most %d (Burst × Period / Rate at most %v)", MaxBurst(l.Rate, l.Period), MaxLimitRefill))
 	}
 	return nil
 }
 
+// MaxBurst is the largest burst a rate of rate starts per period may
+// have: the one it refills within MaxLimitRefill (at least 1, at most
+// MaxLimitRate).
+func MaxBurst(rate int, period time.Duration) int {
+	iv := Limit{Rate: rate, Period: period}.Interval()
+	return int(min(max(1, int64(MaxLimitRefill/iv)), MaxLimitRate))
+}
+
 // EffectiveBurst is the starts a rate limit allows at once.
 func (l Limit) EffectiveBurst() int { return max(1, l.Burst) }
+
+// Interval is the time between two starts a rate limit allows, Period /
+// Rate rounded up to a whole nanosecond, so that no rate allows more
+// starts than it names (at least 1ns, whatever was stored).
+func (l Limit) Interval() time.Duration {
+	if l.Rate <= 0 {
+		return l.Period
+	}
+	r := time.Duration(l.Rate)
+	return max(1, (l.Period+r-1)/r)
+}
+
+// BurstWindow is the starts a rate limit allows at once as a holder counts
+// them, and the time they take to refill (burst × Interval): the burst is
+// EffectiveBurst, but never more than refill within MaxLimitRefill, so that
+// the window never overflows, even for a limit stored before CheckLimit
+// refused larger bursts.
+func (l Limit) BurstWindow() (burst int, window time.Duration) {
+	iv := l.Interval()
+	burst = min(l.EffectiveBurst(), int(max(1, MaxLimitRefill/iv)))
+	return burst, time.Duration(burst) * iv
+}
 
 // String describes the rule: "concurrency 2 per key", "rate 10/1s burst 5
 // per key", "concurrency 4 per fleet".
@@ -192,13 +239,15 @@ func LimitKeyOf(key, limitKey string) string { return cmp.Or(limitKey, key) }
 // the keys waiting behind a long backlog of one key are seen too. Over those
 // candidates, in claim order, it takes a candidate when, counting the
 // candidates before it in claim order, its rank within its (kind, limit key)
-// is below the key's room, its rank within its kind below the kind's room,
-// and the running sum of every resource it needs is within Free (a
-// candidate needing more than Capacity counting in none of these). Of those,
-// it takes at most Limit in round-robin order: by the key's turn plus the
+// is below the key's room and its rank within its kind below the kind's
+// room, and when, counting the candidates before it in round-robin order,
+// the running sum of every resource it needs is within Free (a candidate
+// needing more than Capacity counting in none of these). Of those, it takes
+// at most Limit in round-robin order: by the key's turn plus the
 // candidate's rank within its key (KeyRoom.Turn, 0 for keys not named), then
 // fewest used (KeyRoom.Used), then in claim order. A key with many queued
-// tasks therefore takes one start per round like a key with few.
+// tasks therefore takes one start per round like a key with few, whatever
+// resources they need.
 type LimitedClaim struct {
 	Scan  int        // candidates per walk; 0 means ScanOf's
 	Kinds []KindRoom // kinds with a room of their own; the others are unlimited
@@ -303,7 +352,12 @@ type ShareRequest struct {
 	// node's concurrency).
 	MaxDemand int
 	Buckets   []int // the owner's held buckets, where its queued demand is
-	TTL       time.Duration
+	// Capacity is what the owner has of each resource in all: a queued
+	// task that needs more of one than that can never start there, and is
+	// no demand of the owner's. nil is none: only the tasks that need no
+	// resource count.
+	Capacity Resources
+	TTL      time.Duration
 }
 
 // Share is a holder's grant of a fleet-wide limit: it may run up to Share
@@ -587,11 +641,11 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 		round int // the key's turn + the rank within its key
 		used  int
 		pos   int
+		room  bool // within its key's and its kind's rooms
 	}
-	var picks []pick
+	var order []pick
 	keyRank := map[kindKey]int{}
 	kindRank := map[string]int{}
-	sums := map[string]int64{}
 	for i, t := range cands {
 		if v.lc.Capacity != nil && !v.lc.Capacity.Covers(t.Resources) {
 			continue // it never starts here, and holds back no other
@@ -600,29 +654,35 @@ func (v *LimitView) Pick(cands []*task.Task, limit int) []int {
 		rk, rkind := keyRank[k], kindRank[t.Kind]
 		keyRank[k]++
 		kindRank[t.Kind]++
+		room, used := v.Room(k.kind, k.key)
+		kr, limited := v.kinds[t.Kind]
+		within := (room < 0 || rk < room) && (!limited || kr.Room < 0 || rkind < kr.Room)
+		order = append(order, pick{v.turn(k.kind, k.key) + rk, used, i, within})
+	}
+	slices.SortStableFunc(order, func(a, b pick) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.used, b.used), cmp.Compare(a.pos, b.pos))
+	})
+	// Resources are summed in that round-robin order, not in claim order:
+	// summed in claim order, one key's older tasks took every gpu before
+	// another key's turn came. A task that does not fit still counts, so
+	// that one waiting for two gpus keeps its place in the round against
+	// those after it that need one.
+	sums := map[string]int64{}
+	var out []int
+	for _, p := range order {
+		if len(out) >= limit {
+			break
+		}
 		fits := true
-		for name, need := range t.Resources {
+		for name, need := range cands[p.pos].Resources {
 			sums[name] += need
 			if sums[name] > v.lc.Free[name] {
 				fits = false
 			}
 		}
-		room, used := v.Room(k.kind, k.key)
-		kr, limited := v.kinds[t.Kind]
-		if !fits || room >= 0 && rk >= room || limited && kr.Room >= 0 && rkind >= kr.Room {
-			continue
+		if fits && p.room {
+			out = append(out, p.pos)
 		}
-		picks = append(picks, pick{v.turn(k.kind, k.key) + rk, used, i})
-	}
-	slices.SortStableFunc(picks, func(a, b pick) int {
-		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.used, b.used), cmp.Compare(a.pos, b.pos))
-	})
-	if len(picks) > limit {
-		picks = picks[:limit]
-	}
-	out := make([]int, len(picks))
-	for i, p := range picks {
-		out[i] = p.pos
 	}
 	slices.Sort(out)
 	return out

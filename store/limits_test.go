@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flotilla-dev/flotilla/store"
 )
@@ -46,5 +48,59 @@ func TestResourcesAroundSpaces(t *testing.T) {
 	err = store.CheckResources("capacity", store.Resources{" mem": 8})
 	if err == nil || !strings.Contains(err.Error(), `" mem"`) {
 		t.Errorf("a name with a space before it: %v; want it refused, named", err)
+	}
+}
+
+// TestCheckLimitRefusesARateItCannotCount: a burst whose refill (Burst ×
+// Period / Rate) is longer than store.MaxLimitRefill overflowed the holder's
+// duration and closed every key for good, and a rate of more than one
+// start per MinLimitInterval was rounded down to more starts than asked:
+// both are refused, naming the Go field and the bound; the bounds
+// themselves are accepted.
+func TestCheckLimitRefusesARateItCannotCount(t *testing.T) {
+	rate := func(n int, period time.Duration, burst int) store.Limit {
+		return store.Limit{Name: "r", Kind: "k", Per: store.PerKey, Rate: n, Period: period, Burst: burst}
+	}
+	for _, c := range []struct {
+		lim   store.Limit
+		field string // "" when accepted
+		valid string
+	}{
+		{rate(1, 24*time.Hour, 200_000), "Limit.Burst", "give at most 365"},
+		{rate(1, 24*time.Hour, 366), "Limit.Burst", "give at most 365"},
+		{rate(1, 24*time.Hour, 365), "", ""},
+		{rate(600_000, time.Millisecond, 0), "Limit.Rate", "give at most 1000 per 1ms"},
+		{rate(1001, time.Millisecond, 0), "Limit.Rate", "give at most 1000 per 1ms"},
+		{rate(1000, time.Millisecond, store.MaxLimitRate), "", ""},
+		{rate(store.MaxLimitRate, time.Second, store.MaxLimitRate), "", ""},
+	} {
+		err := store.CheckLimit(c.lim)
+		var inv *store.InvalidError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%v refused: %v", c.lim, err)
+		case c.field == "":
+		case !errors.As(err, &inv) || inv.Field != c.field || !strings.Contains(inv.Valid, c.valid):
+			t.Errorf("%v: %v, want an store.InvalidError on %s saying %q", c.lim, err, c.field, c.valid)
+		}
+	}
+}
+
+// TestRateIntervalsNeverAllowMoreThanAsked: the interval rounds up, and
+// the burst window of any limit a store holds fits a duration.
+func TestRateIntervalsNeverAllowMoreThanAsked(t *testing.T) {
+	for _, l := range []store.Limit{
+		{Rate: 3, Period: time.Second},
+		{Rate: 600_000, Period: time.Millisecond}, // stored before it was refused
+		{Rate: 1, Period: 24 * time.Hour, Burst: 200_000},
+		{Rate: store.MaxLimitRate, Period: time.Millisecond, Burst: store.MaxLimitRate},
+	} {
+		if iv := l.Interval(); time.Duration(l.Rate)*iv < l.Period {
+			t.Errorf("%v: interval %v allows %d starts in %v", l, iv, l.Rate+1, l.Period)
+		}
+		burst, w := l.BurstWindow()
+		if burst < 1 || w <= 0 || w > store.MaxLimitRefill {
+			t.Errorf("%v: burst %d over %v, want a positive window within %v", l, burst, w, store.MaxLimitRefill)
+		}
 	}
 }

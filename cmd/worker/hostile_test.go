@@ -250,6 +250,8 @@ func TestHostileInputIsRefusedBeforeTheDatabase(t *testing.T) {
 		{"limit set rate per fleet", d("limit", "set", "--kind", "noop", "--per", "fleet", "--rate", "10/s", "api"), 2, []string{"a rate is per key"}},
 		{"limit set burst without rate", d("limit", "set", "--kind", "noop", "--per", "key", "--concurrency", "2", "--burst", "3", "api"), 2, []string{"--burst goes with --rate"}},
 		{"limit set burst 0", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "10/s", "--burst", "0", "api"), 2, []string{"--burst 0 is out of range"}},
+		{"limit set burst beyond a year's refill", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "1/24h", "--burst", "200000", "api"), 2, []string{"--burst 200000 takes longer than 8760h0m0s to refill", "at most 365"}},
+		{"limit set rate beyond one a microsecond", d("limit", "set", "--kind", "noop", "--per", "key", "--rate", "600000/1ms", "api"), 2, []string{`--rate "600000/1ms" asks for more than one start per 1µs`, "at most 1000/1ms"}},
 		{"limit rm not UTF-8", d("limit", "rm", "\xff"), 2, []string{`NAME "\xff" is not valid UTF-8`}},
 		{"limit rm missing", d("limit", "rm", "none"), 4, []string{`limit "none"`, "not found"}},
 		{"schedule pause empty", d("schedule", "pause", ""), 2, []string{`NAME "" is empty`}},

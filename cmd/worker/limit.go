@@ -119,6 +119,16 @@ func limitFromFlags(c *cli.Context, name string) (store.Limit, error) {
 			return l, invalid(fmt.Errorf("--burst %d is out of range: give 1 to %d", l.Burst, store.MaxLimitRate))
 		}
 	}
+	if l.Rate > 0 {
+		if l.Period/time.Duration(l.Rate) < store.MinLimitInterval {
+			return l, invalid(fmt.Errorf("--rate %s asks for more than one start per %v: give at most %d/%v",
+				store.Shorten(c.String("rate"), 60), store.MinLimitInterval, l.Period/store.MinLimitInterval, l.Period))
+		}
+		if most := store.MaxBurst(l.Rate, l.Period); l.EffectiveBurst() > most {
+			return l, invalid(fmt.Errorf("--burst %d takes longer than %v to refill at --rate %s: give --burst at most %d",
+				l.Burst, store.MaxLimitRefill, store.Shorten(c.String("rate"), 60), most))
+		}
+	}
 	if err := store.CheckLimit(l); err != nil {
 		return l, invalid(err)
 	}

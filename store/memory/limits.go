@@ -230,7 +230,7 @@ func (s *Store) TakeShare(ctx context.Context, req store.ShareRequest) (store.Sh
 		if rec.Status.Active() && rec.Owner != req.Owner {
 			running[rec.Owner]++
 		}
-		if held[rec.Bucket] && due(&rec.Task, now) {
+		if held[rec.Bucket] && due(&rec.Task, now) && req.Capacity.Covers(rec.Resources) {
 			queued++
 		}
 	}

@@ -104,8 +104,8 @@ const limitKeySQL = `CASE WHEN t.limit_key = '' THEN t.key ELSE t.limit_key END`
 // the claim, taken without ranking: a one-time filter keeps the ranking's
 // CTEs from running, which were a fifth of such a claim's execution.
 // Otherwise, over those few it ranks each candidate within its key and its
-// kind, sums each resource in claim order, and takes what the rooms allow
-// in round-robin order: the key's turn ($20) plus the candidate's rank
+// kind, sums each resource in round-robin order, and takes what the rooms
+// and the sums allow in round-robin order: the key's turn ($20) plus the candidate's rank
 // within its key, then fewest used. It bounds the buckets by the held range
 // on the claim index as claimSQL does. claimSQL itself reads no limit: a
 // fleet without limits pays nothing for them.
@@ -163,9 +163,22 @@ WITH ` + heldLeasesSQL + `, cand AS (
         SELECT 1 FROM jsonb_each_text(c.resources) AS y(name, amount)
         LEFT JOIN unnest($22::text[], $23::bigint[]) AS cap(name, amount) ON cap.name = y.name
         WHERE y.amount::bigint > coalesce(cap.amount, 0)))
+), turned AS (
+    -- Each candidate's place in the round robin: the key's turn plus its
+    -- rank within its key, then the key's use, then claim order.
+    SELECT r.*, coalesce(k.turn, 0) + r.key_rank AS rr, coalesce(k.used, 0) AS key_used,
+           coalesce(k.room, kr.key_room, -1) AS key_room, coalesce(kr.room, -1) AS kind_room
+    FROM ranked r
+    LEFT JOIN unnest($13::text[], $14::int[], $15::int[], $20::int[]) AS k(id, room, used, turn)
+        ON k.id = r.kind || chr(31) || r.lk
+    LEFT JOIN unnest($16::text[], $17::int[], $18::int[]) AS kr(kind, room, key_room) ON kr.kind = r.kind
 ), needs AS (
-    SELECT r.id, x.name, sum(x.amount::bigint) OVER (PARTITION BY x.name ORDER BY r.pos) AS used
-    FROM ranked r CROSS JOIN LATERAL jsonb_each_text(r.resources) AS x(name, amount)
+    -- Resources are summed in round-robin order, as store.LimitView.Pick
+    -- does: in claim order one key's older tasks took every gpu before
+    -- another key's turn came.
+    SELECT r.id, x.name,
+           sum(x.amount::bigint) OVER (PARTITION BY x.name ORDER BY r.rr, r.key_used, r.pos) AS used
+    FROM turned r CROSS JOIN LATERAL jsonb_each_text(r.resources) AS x(name, amount)
     WHERE r.resources IS NOT NULL
 ), unfit AS (
     SELECT n.id FROM needs n
@@ -179,15 +192,12 @@ WITH ` + heldLeasesSQL + `, cand AS (
      LIMIT $4)
     UNION ALL
     (SELECT r.id, r.old_status, r.bucket
-    FROM ranked r
-    LEFT JOIN unnest($13::text[], $14::int[], $15::int[], $20::int[]) AS k(id, room, used, turn)
-        ON k.id = r.kind || chr(31) || r.lk
-    LEFT JOIN unnest($16::text[], $17::int[], $18::int[]) AS kr(kind, room, key_room) ON kr.kind = r.kind
+    FROM turned r
     WHERE r.id NOT IN (SELECT id FROM unfit)
-      AND (coalesce(k.room, kr.key_room, -1) < 0 OR r.key_rank < coalesce(k.room, kr.key_room))
-      AND (coalesce(kr.room, -1) < 0 OR r.kind_rank < kr.room)
+      AND (r.key_room < 0 OR r.key_rank < r.key_room)
+      AND (r.kind_room < 0 OR r.kind_rank < r.kind_room)
       AND NOT ($21::bool AND (SELECT count(*) FROM sure) >= $4)
-    ORDER BY coalesce(k.turn, 0) + r.key_rank, coalesce(k.used, 0), r.pos
+    ORDER BY r.rr, r.key_used, r.pos
     LIMIT $4)
 ), claimed AS (
     UPDATE flotilla_tasks t SET
@@ -417,7 +427,8 @@ const takeShareLockSQL = `
 SELECT kind, per, concurrency FROM flotilla_limits WHERE name = $1 FOR UPDATE`
 
 // takeShareReadSQL returns, under that lock, the owner's queued demand
-// (capped at the limit), and for every other holder its owner and demand
+// (capped at the limit; only tasks that need no more of a resource than the
+// owner has in all, $4 and $5, count), and for every other holder its owner and demand
 // when its share is live and what it counts for: the larger of its live share and
 // the tasks of the kind it runs. It reads the limit's kind and
 // concurrency itself, so that it goes in the same round trip as the lock.
@@ -441,6 +452,10 @@ SELECT
         SELECT 1 FROM flotilla_tasks t
         WHERE t.status IN ` + claimableStatusesSQL + ` AND t.run_at <= statement_timestamp()
           AND t.kind = (SELECT kind FROM lim) AND t.bucket = ANY($3::int[])
+          AND NOT (t.resources IS NOT NULL AND EXISTS (
+              SELECT 1 FROM jsonb_each_text(t.resources) AS y(name, amount)
+              LEFT JOIN unnest($4::text[], $5::bigint[]) AS cap(name, amount) ON cap.name = y.name
+              WHERE y.amount::bigint > coalesce(cap.amount, 0)))
         LIMIT (SELECT concurrency FROM lim)) q),
     coalesce((SELECT array_agg(owner ORDER BY owner) FROM shares), '{}'),
     coalesce((SELECT array_agg(demand ORDER BY owner) FROM shares), '{}'),
@@ -488,7 +503,12 @@ func takeShare(ctx context.Context, conn *pgx.Conn, req store.ShareRequest) (sto
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(takeShareLockSQL, req.Limit)
-	b.Queue(takeShareReadSQL, req.Limit, req.Owner, bs)
+	capNames, capAmounts := []string{}, []int64{}
+	for name, v := range req.Capacity {
+		capNames = append(capNames, name)
+		capAmounts = append(capAmounts, v)
+	}
+	b.Queue(takeShareReadSQL, req.Limit, req.Owner, bs, capNames, capAmounts)
 	br := conn.SendBatch(ctx, b)
 	var per string
 	var n, queued, others int32

@@ -344,10 +344,19 @@ func readShareInputs(tx *wtx, l store.Limit, req store.ShareRequest) (shareInput
 	if held == nil {
 		held = []int{}
 	}
-	if err := tx.queryRow(`SELECT count(*) FROM flotilla_tasks
-WHERE kind = ? AND bucket IN (SELECT value FROM json_each(?))
-  AND status IN ('queued', 'scheduled', 'retrying') AND (status = 'queued' OR run_at <= ?)`,
-		l.Kind, intsJSON(held), tx.now.UnixMicro()).Scan(&g.queued); err != nil {
+	capacity, err := json.Marshal(req.Capacity)
+	if err != nil || req.Capacity == nil {
+		capacity = []byte("{}")
+	}
+	// A task needing more of a resource than the owner has in all never
+	// starts there: it is no demand of the owner's.
+	if err := tx.queryRow(`SELECT count(*) FROM flotilla_tasks t
+WHERE t.kind = ? AND t.bucket IN (SELECT value FROM json_each(?))
+  AND t.status IN ('queued', 'scheduled', 'retrying') AND (t.status = 'queued' OR t.run_at <= ?)
+  AND NOT (t.resources IS NOT NULL AND EXISTS (
+      SELECT 1 FROM json_each(t.resources) e
+      WHERE e.value > coalesce((SELECT c.value FROM json_each(?) c WHERE c.key = e.key), 0)))`,
+		l.Kind, intsJSON(held), tx.now.UnixMicro(), string(capacity)).Scan(&g.queued); err != nil {
 		return g, wrap(err, "read the demand for limit %s", store.Shorten(l.Name, 60))
 	}
 	running := map[string]int{}

@@ -193,6 +193,25 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("no gpu free, claimed %v", ids(got))
 		}
 	})
+	// The round robin holds for tasks that need resources: a key that has
+	// started in the round waits for another key's first task, though its
+	// older tasks come first in claim order and need the one gpu too.
+	t.Run("ClaimRoundRobinHoldsForTasksThatNeedResources", func(t *testing.T) {
+		b := setup(t, h)
+		gpu := store.Resources{"gpu": 1}
+		for i := range 40 {
+			b.create(store.NewTask{Key: fmt.Sprintf("hot-%d", i), LimitKey: "hot", Bucket: 3, Resources: gpu})
+		}
+		cold := b.create(store.NewTask{Key: "cold", Bucket: 3, Resources: gpu})[0]
+		held := b.hold("a", 3)
+		got := b.claimLimited("a", held, 1, store.LimitedClaim{
+			Keys: []store.KeyRoom{{Kind: "noop", Key: "hot", Room: -1, Turn: 1}},
+			Free: gpu, Capacity: gpu,
+		})
+		if !slices.Equal(ids(got), []int64{cold.ID}) {
+			t.Errorf("with one gpu free and key hot a round ahead, claimed %v; want cold's task %d", ids(got), cold.ID)
+		}
+	})
 	// A task first in line that needs more than the node has in all never
 	// starts there and holds back none after it; one that could start
 	// once enough is free keeps its place.
@@ -398,6 +417,40 @@ func testLimits(t *testing.T, h Harness) {
 			t.Errorf("shares of 4 over three holders wanting 4 each: %v, want 2, 1 and 1", shares)
 		}
 	})
+	t.Run("ShareDemandCountsOnlyTasksTheHolderCouldStart", func(t *testing.T) {
+		b := setup(t, h)
+		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
+		// a holds a task needing 2 gpus and has 1: it can never start
+		// it, and wants nothing; b's task needs nothing.
+		b.create(store.NewTask{Kind: "train", Key: "big", Bucket: 1, Resources: store.Resources{"gpu": 2}})
+		b.create(store.NewTask{Kind: "train", Key: "small", Bucket: 2})
+		b.hold("a", 1)
+		b.hold("b", 2)
+		take := func(owner string, bucket int, capacity store.Resources) store.Share {
+			t.Helper()
+			sh, err := b.s.TakeShare(b.ctx, store.ShareRequest{Limit: "train", Owner: owner, Node: nodeOf(owner),
+				MaxDemand: 100, Buckets: []int{bucket}, Capacity: capacity, TTL: leaseTTL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sh
+		}
+		if sh := take("a", 1, store.Resources{"gpu": 1}); sh.Demand != 0 || sh.Share != 0 {
+			t.Fatalf("a holder with 1 gpu whose only task needs 2: demand %d, share %d; want 0 and 0", sh.Demand, sh.Share)
+		}
+		if sh := take("b", 2, nil); sh.Demand != 1 || sh.Share != 1 {
+			t.Fatalf("the holder of the runnable task: demand %d, share %d; want 1 and 1", sh.Demand, sh.Share)
+		}
+		if sh := take("a", 1, nil); sh.Demand != 0 {
+			t.Errorf("a holder with no capacity counts a task needing a gpu: demand %d, want 0", sh.Demand)
+		}
+		if sh := take("a", 1, store.Resources{"gpu": 2, "mem": 1}); sh.Demand != 1 {
+			t.Errorf("a holder with 2 gpus: demand %d for a task needing 2, want 1", sh.Demand)
+		}
+	})
+
 	t.Run("SharesNeverSumPastTheLimit", func(t *testing.T) {
 		b := setup(t, h)
 		if _, err := b.s.UpsertLimit(b.ctx, store.Limit{Name: "train", Kind: "train", Per: store.PerFleet, Concurrency: 4}); err != nil {
