@@ -74,9 +74,22 @@ const (
 // Migrate brings the schema to SchemaVersion and, on a new file, fixes the
 // fleet's bucket count (0 means bucket.DefaultCount). It runs as one write
 // transaction: two processes migrating at once take turns at the write
-// lock, and a failure leaves the file as it was.
+// lock, and a failure leaves the file as it was. A migration may hold the
+// lock for longer than the busy timeout (one copies the task table), so a
+// Migrate that finds the file locked tries again until ctx ends, rather
+// than failing a node that merely started beside another.
 func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error) {
-	return s.migrate(ctx, numBuckets, SchemaVersion)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		meta, err := s.migrate(ctx, numBuckets, SchemaVersion)
+		if !errors.Is(err, store.ErrBusy) {
+			return meta, err
+		}
+		select {
+		case <-ctx.Done():
+			return store.Meta{}, fmt.Errorf("%w; gave up waiting for another process's migration: %w", err, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+	}
 }
 
 // migrationBudget bounds the statements of a migration, which may copy a
