@@ -216,6 +216,50 @@ func (c *HACluster) KillPrimary() HANode {
 	return p
 }
 
+// KillPrimaryNode ends every process of the primary's node with SIGKILL:
+// its pg_autoctl keeper and its PostgreSQL, as the loss of its machine
+// would. It returns the node it was.
+func (c *HACluster) KillPrimaryNode() HANode {
+	c.t.Helper()
+	p := c.Primary()
+	pid, err := postmasterPID(p.Data)
+	if err != nil {
+		c.t.Fatalf("testdb: %v", err)
+	}
+	for i, n := range c.nodes {
+		if n.Name == p.Name {
+			// runs[0] is the monitor's; each pg_autoctl leads a process
+			// group of its own services.
+			_ = syscall.Kill(-c.runs[i+1].Process.Pid, syscall.SIGKILL)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		c.t.Fatalf("testdb: kill -9 the postmaster of %s (pid %d): %v", p.Name, pid, err)
+	}
+	return p
+}
+
+// WaitForPrimary waits until the monitor has a node other than not as
+// primary, however the other node stands, and returns it.
+func (c *HACluster) WaitForPrimary(not HANode) HANode {
+	c.t.Helper()
+	var primary HANode
+	c.waitFor("a primary other than "+not.Name, func() (bool, string) {
+		states, err := c.states()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range states {
+			if s.Name != not.Name && s.settled("primary") || s.Name != not.Name && s.settled("wait_primary") {
+				primary = c.node(s.Name)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(states)
+	})
+	return primary
+}
+
 // WaitForWritable waits until the multi-host URI connects to a server
 // that takes writes: after [HACluster.KillPrimary], either the restarted
 // primary or a promoted standby.

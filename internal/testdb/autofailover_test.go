@@ -63,3 +63,19 @@ func TestHAClusterFailsOverAndTheURIFollowsThePrimary(t *testing.T) {
 		t.Fatalf("after the kill the URI reached port %d, want the primary on %d", got, want)
 	}
 }
+
+// TestHAClusterPromotesTheStandbyWhenThePrimaryNodeIsLost kills every
+// process of the primary's node, keeper included, and waits for the
+// monitor to promote the standby.
+func TestHAClusterPromotesTheStandbyWhenThePrimaryNodeIsLost(t *testing.T) {
+	c := testdb.StartHACluster(t)
+	uri := c.URI()
+	lost := c.KillPrimaryNode()
+	began := time.Now()
+	promoted := c.WaitForPrimary(lost)
+	t.Logf("killed every process of %s; %s promoted after %v", lost.Name, promoted.Name, time.Since(began))
+	c.WaitForWritable()
+	if got := primaryPort(t, uri); got != promoted.Port {
+		t.Fatalf("the URI reached port %d, want the promoted %s on %d", got, promoted.Name, promoted.Port)
+	}
+}
