@@ -1361,3 +1361,22 @@ func TestTheExpiredTasksReadProbesEachHeldBucket(t *testing.T) {
 		planWhileTablesGrow(t, migratedFleet(ctx, t, 1024), addRunning, check)
 	})
 }
+
+func TestWhereNamesEveryHostOfAMultiHostDSN(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ dsn, want string }{
+		{"postgres://u:secret@h1:5432/db?sslmode=disable", "h1:5432/db"},
+		{"postgres://u:secret@h1:5432,h2:5433/db?sslmode=disable&target_session_attrs=read-write", "h1:5432,h2:5433/db"},
+		{"postgres://u:secret@h1:5432,h2:5433/db?sslmode=prefer", "h1:5432,h2:5433/db"},
+		{"postgres://u@[::1]:5432,[::1]:5433/db?sslmode=disable", "[::1]:5432,[::1]:5433/db"},
+	}
+	for _, tt := range tests {
+		cfg, err := pgxpool.ParseConfig(tt.dsn)
+		if err != nil {
+			t.Fatalf("ParseConfig(%q): %v", tt.dsn, err)
+		}
+		if got := where(cfg); got != tt.want {
+			t.Errorf("where(%q) = %q, want %q", tt.dsn, got, tt.want)
+		}
+	}
+}
