@@ -40,7 +40,7 @@ TEST_FLAGS := -race -count=1 -timeout $(TEST_TIMEOUT) -p 4 -parallel 8
 SUITECHECK := $(GO) run ./internal/testenv/suitecheck
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-integration soak lint bench bench-compare bench-sqlite charts tidy clean
+.PHONY: help build test test-short test-failover test-integration soak lint bench bench-compare bench-sqlite charts tidy clean
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -79,6 +79,15 @@ test: ## Run all tests with the race detector, as CI does (checks first what the
 
 test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no browser
 	$(GO) test -short ./...
+
+# The failover tests (build tag failover) start pg_auto_failover clusters
+# of their own (internal/testdb.StartHACluster): they need pg_autoctl
+# (Debian: postgresql-15-auto-failover), and make test leaves them out.
+FAILOVER_PKGS := ./internal/testdb/
+FAILOVER_TIMEOUT := 15m
+
+test-failover: ## Run the database failover tests (pg_auto_failover; not part of make test)
+	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'HACluster|Failover' $(FAILOVER_PKGS)
 
 test-integration: ## Run the integration tests (store, test/integration)
 ifeq ($(strip $(INTEGRATION_PKGS)),)

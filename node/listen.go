@@ -74,6 +74,18 @@ func (n *Node) consume(ctx context.Context, sub store.Subscription) {
 }
 
 func (n *Node) notified(note store.Notification) {
+	if note.Resumed {
+		// The subscription was down, as through a database failover, and
+		// listens again: whatever was announced meanwhile is found by
+		// looking now rather than at the next poll.
+		n.log.Info("notification subscription resumed; polling at once", zap.String("topic", string(note.Topic)))
+		n.balancer.dirty.Store(true)
+		n.claimLoop.poke()
+		n.leaseLoop.poke()
+		n.commander.loop.poke()
+		n.scheduleLoop.poke()
+		return
+	}
 	if note.Topic == store.TopicCommands {
 		n.commander.noted(note.Payload)
 		return

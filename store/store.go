@@ -321,7 +321,10 @@ type Notifier interface {
 	// subscription's Close is called. A subscription that loses its
 	// connection tries to resume on its own; notifications sent meanwhile
 	// are missed, and callers poll anyway, so a missed notification delays
-	// work but loses none.
+	// work but loses none. Once it has resumed it delivers, for each of its
+	// topics, a Notification with Resumed set, so that its consumer polls
+	// at once rather than at its next poll (after a database failover, the
+	// new primary has every notification's work but sent none of them).
 	Listen(ctx context.Context, topics ...Topic) (Subscription, error)
 }
 
@@ -347,6 +350,10 @@ const (
 type Notification struct {
 	Topic   Topic
 	Payload string
+	// Resumed marks the note a subscription delivers after it lost its
+	// connection and listens again: anything of Topic may have been
+	// missed. Its Payload is empty.
+	Resumed bool
 }
 
 // Subscription delivers notifications.

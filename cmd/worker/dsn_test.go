@@ -154,6 +154,12 @@ func TestHasPassword(t *testing.T) {
 		{"postgres://u@h/db?sslmode=disable", false},
 		{"postgres://h/db", false},
 		{"postgres://u:p%zz@h/db", true}, // does not parse: assume the worst
+		// Multi-host URLs, as an HA PostgreSQL's clients use (pg_autoctl show uri).
+		{"postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write", true},
+		{"postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write", false},
+		{"postgres://u@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write", false},
+		{"postgres://u:p@[::1]:5432,[::1]:5433/db", true},
+		{"postgres://u@[::1]:5432,[::1]:5433/db?password=p", true},
 		{"host=h password=p", true},
 		{"password = p host=h", true},
 		{"host=h user=u", false},

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	storedsn "github.com/flotilla-dev/flotilla/store/dsn"
+	"github.com/flotilla-dev/flotilla/store/postgres"
 )
 
 // Flags shared by the commands that use them (DESIGN §9).
@@ -111,18 +111,13 @@ func requireDSNFrom(c *cli.Context) (string, storedsn.Target, dsnOrigin, error) 
 }
 
 // hasPassword reports whether a connection string, URL or keyword/value,
-// carries a password. A URL that does not parse is taken to have one: the
-// warning it feeds is cheap, a leaked password is not.
+// carries a password: for a URL, whether redacting it removes anything.
+// net/url is not used: it refuses the multi-host form of an HA PostgreSQL
+// with IPv6 hosts (postgres://[::1]:5432,[::1]:5433/db), and took it to
+// have a password.
 func hasPassword(dsn string) bool {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return true
-		}
-		if _, ok := u.User.Password(); ok {
-			return true
-		}
-		return u.Query().Has("password")
+		return postgres.Redact(dsn) != dsn
 	}
 	return passwordKeyword.MatchString(dsn)
 }

@@ -16,6 +16,8 @@ func TestRedact(t *testing.T) {
 		{"postgres://user:p%40ss@host/db", "postgres://user@host/db"},
 		{"postgres://user:p@ss:w/rd@host/db", "postgres://user@host/db"},
 		{"postgres://user:secret@h1:5432,h2:5433/db?target_session_attrs=read-write", "postgres://user@h1:5432,h2:5433/db?target_session_attrs=read-write"},
+		{"postgres://user:secret@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write", "postgres://user@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write"},
+		{"postgres://user@h1,h2:5433/db?password=secret&target_session_attrs=read-write", "postgres://user@h1,h2:5433/db?target_session_attrs=read-write"},
 		{"postgres://user@host/db?password=secret&sslmode=disable", "postgres://user@host/db?sslmode=disable"},
 		{"postgres://user@host/db?sslmode=disable&pass%77ord=secret", "postgres://user@host/db?sslmode=disable"},
 		{"postgres://user:secret@host", "postgres://user@host"},

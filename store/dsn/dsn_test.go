@@ -72,6 +72,23 @@ func TestTargetStringHidesThePassword(t *testing.T) {
 	}
 }
 
+func TestTargetStringHidesThePasswordOfAMultiHostURL(t *testing.T) {
+	for _, tt := range []struct{ dsn, want string }{
+		{"postgres://u:hunter2@10.0.0.1:5432,10.0.0.2:5432/db?target_session_attrs=read-write",
+			"postgres://u@10.0.0.1:5432,10.0.0.2:5432/db?target_session_attrs=read-write"},
+		{"postgres://u:hunter2@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write",
+			"postgres://u@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write"},
+	} {
+		got, err := dsn.Parse(tt.dsn)
+		if err != nil {
+			t.Fatalf("Parse(a multi-host URL): %v", err)
+		}
+		if s := got.String(); s != tt.want {
+			t.Errorf("String() = %q, want %q", s, tt.want)
+		}
+	}
+}
+
 func TestEnsureAndOpenSQLite(t *testing.T) {
 	ctx := context.Background()
 	target, err := dsn.Parse("sqlite:" + filepath.Join(t.TempDir(), "f.db"))

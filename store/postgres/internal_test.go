@@ -193,6 +193,8 @@ func TestRedact(t *testing.T) {
 		{"postgres://user:p%40ss@host/db", "postgres://user@host/db"},
 		{"postgres://user:p@ss:w/rd@host/db", "postgres://user@host/db"},
 		{"postgres://user:secret@h1:5432,h2:5433/db?target_session_attrs=read-write", "postgres://user@h1:5432,h2:5433/db?target_session_attrs=read-write"},
+		{"postgres://user:secret@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write", "postgres://user@[::1]:5432,[::1]:5433/db?target_session_attrs=read-write"},
+		{"postgres://user@h1,h2:5433/db?password=secret&target_session_attrs=read-write", "postgres://user@h1,h2:5433/db?target_session_attrs=read-write"},
 		{"postgres://user@host/db?password=secret&sslmode=disable", "postgres://user@host/db?sslmode=disable"},
 		{"postgres://user@host/db?sslmode=disable&pass%77ord=secret", "postgres://user@host/db?sslmode=disable"},
 		{"postgres://user:secret@host", "postgres://user@host"},
@@ -1358,4 +1360,23 @@ func TestTheExpiredTasksReadProbesEachHeldBucket(t *testing.T) {
 	t.Run("never_analyzed", func(t *testing.T) {
 		planWhileTablesGrow(t, migratedFleet(ctx, t, 1024), addRunning, check)
 	})
+}
+
+func TestWhereNamesEveryHostOfAMultiHostDSN(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ dsn, want string }{
+		{"postgres://u:secret@h1:5432/db?sslmode=disable", "h1:5432/db"},
+		{"postgres://u:secret@h1:5432,h2:5433/db?sslmode=disable&target_session_attrs=read-write", "h1:5432,h2:5433/db"},
+		{"postgres://u:secret@h1:5432,h2:5433/db?sslmode=prefer", "h1:5432,h2:5433/db"},
+		{"postgres://u@[::1]:5432,[::1]:5433/db?sslmode=disable", "[::1]:5432,[::1]:5433/db"},
+	}
+	for _, tt := range tests {
+		cfg, err := pgxpool.ParseConfig(tt.dsn)
+		if err != nil {
+			t.Fatalf("ParseConfig(%q): %v", tt.dsn, err)
+		}
+		if got := where(cfg); got != tt.want {
+			t.Errorf("where(%q) = %q, want %q", tt.dsn, got, tt.want)
+		}
+	}
 }

@@ -129,6 +129,14 @@ func (sub *subscription) run(ctx context.Context, conn *pgx.Conn) {
 		if conn = sub.reconnect(ctx); conn == nil {
 			return
 		}
+		// What was sent while the connection was down is lost: say so,
+		// so that the consumer looks at once (see store.Notifier).
+		for _, topic := range sub.topics {
+			select {
+			case sub.c <- store.Notification{Topic: topic, Resumed: true}:
+			default: // full: what is queued wakes the consumer anyway
+			}
+		}
 	}
 }
 

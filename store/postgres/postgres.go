@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,16 +166,24 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}}, nil
 }
 
-// where names the server and database of cfg for messages: host:port/db,
+// where names the servers and database of cfg for messages:
+// host:port/db, or every host of a multi-host DSN (h1:5432,h2:5432/db),
 // never the user's password.
 func where(cfg *pgxpool.Config) string {
 	cc := cfg.ConnConfig
-	host := cc.Host
-	if strings.HasPrefix(host, "/") {
+	if strings.HasPrefix(cc.Host, "/") {
 		// A Unix socket directory.
-		return fmt.Sprintf("%s/.s.PGSQL.%d/%s", host, cc.Port, cc.Database)
+		return fmt.Sprintf("%s/.s.PGSQL.%d/%s", cc.Host, cc.Port, cc.Database)
 	}
-	return net.JoinHostPort(host, strconv.Itoa(int(cc.Port))) + "/" + cc.Database
+	hosts := []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+	// pgx adds a fallback per host, and one more per host for each TLS
+	// setting sslmode allows: name each host once.
+	for _, fb := range cc.Fallbacks {
+		if h := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return strings.Join(hosts, ",") + "/" + cc.Database
 }
 
 // parseError describes a DSN that pgx could not parse, without its password.

@@ -380,6 +380,28 @@ func TestListenSurvivesATerminatedConnection(t *testing.T) {
 		t.Fatalf("could not terminate the listener (pid %d)", pid)
 	}
 
+	// Once it listens again it says so for each topic, as nothing sent
+	// meanwhile reached it.
+	resumed := map[store.Topic]bool{}
+	for len(resumed) < 2 {
+		select {
+		case n, open := <-sub.C():
+			if !open {
+				t.Fatal("the subscription ended when its connection was terminated")
+			}
+			if !n.Resumed || n.Payload != "" {
+				t.Fatalf("before the resumed notes: %+v", n)
+			}
+			resumed[n.Topic] = true
+		case <-time.After(patience.Scale(60 * time.Second)):
+			t.Fatalf("no resumed note for every topic after the connection was terminated (got %v; Err: %v)",
+				resumed, sub.(postgres.Subscription).Err())
+		}
+	}
+	if !resumed[store.TopicTasks] || !resumed[store.TopicBuckets] {
+		t.Errorf("resumed notes for %v, want tasks and buckets", resumed)
+	}
+
 	// Notifications sent while it reconnects are lost; keep creating tasks
 	// until one arrives, as a consumer's polling would.
 	deadline := time.Now().Add(patience.Scale(60 * time.Second))
