@@ -454,30 +454,10 @@ func (c *HACluster) cleanup() {
 // directory is in the cluster's directory (pg_autoctl runs in it, and every
 // PostgreSQL process in its data directory).
 func (c *HACluster) processes() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err != nil || (cwd != c.dir && !strings.HasPrefix(cwd, c.dir+"/")) {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids
+	return liveProcesses(func(proc string) bool {
+		cwd, err := os.Readlink(filepath.Join(proc, "cwd"))
+		return err == nil && (cwd == c.dir || strings.HasPrefix(cwd, c.dir+"/"))
+	})
 }
 
 // pingDSN connects to dsn and disconnects.

@@ -505,22 +505,32 @@ func pollUntil(deadline time.Time, cond func() bool) bool {
 // each child in a session of its own, so a process group would not find
 // them. Where there is no /proc, it finds none.
 func (s *Server) processes() []int {
+	title := []byte("postgres: " + s.name + ": ")
+	return liveProcesses(func(proc string) bool {
+		cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+		return err == nil && bytes.HasPrefix(cmdline, title)
+	})
+}
+
+// liveProcesses returns the processes in /proc, other than zombies, for
+// which match, given the process's directory there, reports true. Where
+// there is no /proc, it finds none.
+func liveProcesses(match func(proc string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	title := []byte("postgres: " + s.name + ": ")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.HasPrefix(cmdline, title) {
+		proc := filepath.Join("/proc", e.Name())
+		if !match(proc) {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		stat, err := os.ReadFile(filepath.Join(proc, "stat"))
 		if err != nil {
 			continue
 		}
