@@ -463,8 +463,12 @@ func TestConsoleFindsAndFixesAFailedPipelineStep(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#bulk-form")),
 		chromedp.SendKeys(chromedp.CSS(`input[name="payload"]`), `{"env": {"BATCH": "nightly"}, "argv": ["sh"]}`),
 		chromedp.Click(chromedp.CSS("#filter")),
-		chromedp.WaitVisible(chromedp.CSS("#bulk-review")),
 	)
+	// The filtered list is a new page with the same form: wait until it
+	// is the one shown, or the next step may act on the page it replaced.
+	evalUntil(t, ctx, "the filtered list is shown",
+		`location.search.includes('payload=') && document.readyState === 'complete'`, func(b bool) bool { return b })
+	run(t, ctx, "the filtered list's bulk form", chromedp.WaitVisible(chromedp.CSS("#bulk-review")))
 	run(t, ctx, "review the bulk retry",
 		chromedp.SetValue(chromedp.CSS("#bulk-action"), "retry"),
 		chromedp.Click(chromedp.CSS("#bulk-review")),
