@@ -29,7 +29,8 @@ import (
 // JSON), priority, max_attempts, timeout (a Go duration, "30s"),
 // depends_on (names of other tasks of the file) and on, the policy for all
 // of its dependencies: "success" (the default), "any" or "failure". Unknown
-// fields are refused.
+// keys, keys given twice and keys in another case are refused
+// (checkPipelineKeys), and so is a file over maxPipelineFileBytes.
 type pipelineFile struct {
 	Name  string             `json:"name"`
 	Key   string             `json:"key"`
@@ -50,7 +51,11 @@ type pipelineFileTask struct {
 // parsePipeline reads and checks a pipeline file; every error is invalid
 // input, naming the problem.
 func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error) {
-	dec := json.NewDecoder(r)
+	body, err := readPipelineFile(r, source)
+	if err != nil {
+		return flotilla.PipelineRequest{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var f pipelineFile
 	if err := dec.Decode(&f); err != nil {
@@ -58,6 +63,9 @@ func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error)
 	}
 	if dec.More() {
 		return flotilla.PipelineRequest{}, fmt.Errorf("%s: more than one JSON document", source)
+	}
+	if err := checkPipelineKeys(body); err != nil {
+		return flotilla.PipelineRequest{}, fmt.Errorf("%s: %w", source, err)
 	}
 	if strings.TrimSpace(f.Name) == "" {
 		return flotilla.PipelineRequest{}, fmt.Errorf(`%s: the pipeline has no "name"`, source)
@@ -194,16 +202,16 @@ func pipelineSubmitCommand() *cli.Command {
 			if len(args) != 1 {
 				return invalid(fmt.Errorf("pipeline submit takes one file, got %d arguments", len(args)))
 			}
-			var body []byte
-			if args[0] == "-" {
-				body, err = io.ReadAll(c.App.Reader)
-			} else {
-				body, err = os.ReadFile(args[0])
+			in := c.App.Reader
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return invalid(fmt.Errorf("read pipeline file: %w", err))
+				}
+				defer f.Close()
+				in = f
 			}
-			if err != nil {
-				return invalid(fmt.Errorf("read pipeline file: %w", err))
-			}
-			req, err := parsePipeline(bytes.NewReader(body), args[0])
+			req, err := parsePipeline(in, args[0])
 			if err != nil {
 				return invalid(err)
 			}
