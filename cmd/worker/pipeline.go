@@ -366,12 +366,17 @@ func newPipelineJSON(p store.Pipeline) pipelineJSON {
 
 // printPipeline draws the pipeline as a tree: each step under the steps it
 // depends on. A step with several dependencies is drawn in full under the
-// first and named again, with "(see above)", under the others.
+// first and named again, with "(see above)", under the others. Below
+// maxTreeDepth levels the indent stops growing and each step names the one
+// it is drawn under ("after NAME"), so that the output grows with the
+// pipeline, not with the square of a chain's length.
 func printPipeline(w io.Writer, p store.Pipeline) {
 	fmt.Fprintf(w, "pipeline %d %s  key %s  bucket %d  %s\n", p.ID, p.Name, p.Key, p.Bucket, p.Status())
+	steps := make(map[string]store.PipelineStep, len(p.Steps))
 	children := map[string][]string{}
 	var roots []string
 	for _, s := range p.Steps {
+		steps[s.Name] = s
 		if len(s.DependsOn) == 0 {
 			roots = append(roots, s.Name)
 		}
@@ -380,35 +385,42 @@ func printPipeline(w io.Writer, p store.Pipeline) {
 		}
 	}
 	drawn := map[string]bool{}
-	var draw func(name, indent string, last bool, edge string)
-	draw = func(name, indent string, last bool, edge string) {
+	var draw func(name, parent, indent string, depth int, last bool, edge string)
+	draw = func(name, parent, indent string, depth int, last bool, edge string) {
 		branch, next := "├─ ", "│  "
 		if last {
 			branch, next = "└─ ", "   "
 		}
-		s, _ := p.Step(name)
+		if depth > maxTreeDepth {
+			edge = "after " + parent + " " + edge
+		}
 		if drawn[name] {
 			fmt.Fprintf(w, "%s%s%s%s (see above)\n", indent, branch, edge, name)
 			return
 		}
 		drawn[name] = true
-		fmt.Fprintf(w, "%s%s%s%s\n", indent, branch, edge, stepLine(s))
+		fmt.Fprintf(w, "%s%s%s%s\n", indent, branch, edge, stepLine(steps[name]))
+		if depth < maxTreeDepth {
+			indent += next
+		}
 		kids := children[name]
 		for i, k := range kids {
-			ks, _ := p.Step(k)
 			on := ""
-			for _, d := range ks.DependsOn {
+			for _, d := range steps[k].DependsOn {
 				if d.Step == name && d.Policy() != task.OnSuccess {
 					on = "[on " + d.Policy() + "] "
 				}
 			}
-			draw(k, indent+next, i == len(kids)-1, on)
+			draw(k, name, indent, depth+1, i == len(kids)-1, on)
 		}
 	}
 	for i, r := range roots {
-		draw(r, "", i == len(roots)-1, "")
+		draw(r, "", "", 1, i == len(roots)-1, "")
 	}
 }
+
+// maxTreeDepth is how many levels of the pipeline tree are drawn indented.
+const maxTreeDepth = 20
 
 func stepLine(s store.PipelineStep) string {
 	t := s.Task
