@@ -29,7 +29,8 @@ import (
 // JSON), priority, max_attempts, timeout (a Go duration, "30s"),
 // depends_on (names of other tasks of the file) and on, the policy for all
 // of its dependencies: "success" (the default), "any" or "failure". Unknown
-// fields are refused.
+// keys, keys given twice and keys in another case are refused
+// (checkPipelineKeys), and so is a file over maxPipelineFileBytes.
 type pipelineFile struct {
 	Name  string             `json:"name"`
 	Key   string             `json:"key"`
@@ -50,7 +51,11 @@ type pipelineFileTask struct {
 // parsePipeline reads and checks a pipeline file; every error is invalid
 // input, naming the problem.
 func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error) {
-	dec := json.NewDecoder(r)
+	body, err := readPipelineFile(r, source)
+	if err != nil {
+		return flotilla.PipelineRequest{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var f pipelineFile
 	if err := dec.Decode(&f); err != nil {
@@ -58,6 +63,9 @@ func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error)
 	}
 	if dec.More() {
 		return flotilla.PipelineRequest{}, fmt.Errorf("%s: more than one JSON document", source)
+	}
+	if err := checkPipelineKeys(body); err != nil {
+		return flotilla.PipelineRequest{}, fmt.Errorf("%s: %w", source, err)
 	}
 	if strings.TrimSpace(f.Name) == "" {
 		return flotilla.PipelineRequest{}, fmt.Errorf(`%s: the pipeline has no "name"`, source)
@@ -194,16 +202,16 @@ func pipelineSubmitCommand() *cli.Command {
 			if len(args) != 1 {
 				return invalid(fmt.Errorf("pipeline submit takes one file, got %d arguments", len(args)))
 			}
-			var body []byte
-			if args[0] == "-" {
-				body, err = io.ReadAll(c.App.Reader)
-			} else {
-				body, err = os.ReadFile(args[0])
+			in := c.App.Reader
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return invalid(fmt.Errorf("read pipeline file: %w", err))
+				}
+				defer f.Close()
+				in = f
 			}
-			if err != nil {
-				return invalid(fmt.Errorf("read pipeline file: %w", err))
-			}
-			req, err := parsePipeline(bytes.NewReader(body), args[0])
+			req, err := parsePipeline(in, args[0])
 			if err != nil {
 				return invalid(err)
 			}
@@ -358,12 +366,17 @@ func newPipelineJSON(p store.Pipeline) pipelineJSON {
 
 // printPipeline draws the pipeline as a tree: each step under the steps it
 // depends on. A step with several dependencies is drawn in full under the
-// first and named again, with "(see above)", under the others.
+// first and named again, with "(see above)", under the others. Below
+// maxTreeDepth levels the indent stops growing and each step names the one
+// it is drawn under ("after NAME"), so that the output grows with the
+// pipeline, not with the square of a chain's length.
 func printPipeline(w io.Writer, p store.Pipeline) {
 	fmt.Fprintf(w, "pipeline %d %s  key %s  bucket %d  %s\n", p.ID, p.Name, p.Key, p.Bucket, p.Status())
+	steps := make(map[string]store.PipelineStep, len(p.Steps))
 	children := map[string][]string{}
 	var roots []string
 	for _, s := range p.Steps {
+		steps[s.Name] = s
 		if len(s.DependsOn) == 0 {
 			roots = append(roots, s.Name)
 		}
@@ -372,35 +385,42 @@ func printPipeline(w io.Writer, p store.Pipeline) {
 		}
 	}
 	drawn := map[string]bool{}
-	var draw func(name, indent string, last bool, edge string)
-	draw = func(name, indent string, last bool, edge string) {
+	var draw func(name, parent, indent string, depth int, last bool, edge string)
+	draw = func(name, parent, indent string, depth int, last bool, edge string) {
 		branch, next := "├─ ", "│  "
 		if last {
 			branch, next = "└─ ", "   "
 		}
-		s, _ := p.Step(name)
+		if depth > maxTreeDepth {
+			edge = "after " + parent + " " + edge
+		}
 		if drawn[name] {
 			fmt.Fprintf(w, "%s%s%s%s (see above)\n", indent, branch, edge, name)
 			return
 		}
 		drawn[name] = true
-		fmt.Fprintf(w, "%s%s%s%s\n", indent, branch, edge, stepLine(s))
+		fmt.Fprintf(w, "%s%s%s%s\n", indent, branch, edge, stepLine(steps[name]))
+		if depth < maxTreeDepth {
+			indent += next
+		}
 		kids := children[name]
 		for i, k := range kids {
-			ks, _ := p.Step(k)
 			on := ""
-			for _, d := range ks.DependsOn {
+			for _, d := range steps[k].DependsOn {
 				if d.Step == name && d.Policy() != task.OnSuccess {
 					on = "[on " + d.Policy() + "] "
 				}
 			}
-			draw(k, indent+next, i == len(kids)-1, on)
+			draw(k, name, indent, depth+1, i == len(kids)-1, on)
 		}
 	}
 	for i, r := range roots {
-		draw(r, "", i == len(roots)-1, "")
+		draw(r, "", "", 1, i == len(roots)-1, "")
 	}
 }
+
+// maxTreeDepth is how many levels of the pipeline tree are drawn indented.
+const maxTreeDepth = 20
 
 func stepLine(s store.PipelineStep) string {
 	t := s.Task

@@ -26,6 +26,19 @@ func TestPipelineSubmitRefusesInvalidFilesWithExit2(t *testing.T) {
 		{"unknown field", `{"name": "n", "tasks": [{"name": "a", "kind": "k", "dependson": ["x"]}]}`, `"dependson"`},
 		{"bad timeout", `{"name": "n", "tasks": [{"name": "a", "kind": "k", "timeout": "soon"}]}`, `"soon"`},
 		{"not json", `{"name": `, "not a pipeline file"},
+		// encoding/json keeps the last of a key given twice and matches keys
+		// in any case: a second depends_on would start the step at once.
+		{"depends_on twice", `{"name": "n", "tasks": [{"name": "a", "kind": "k"}, {"name": "b", "kind": "k", "depends_on": ["a"], "depends_on": []}]}`,
+			`task 1 has the key "depends_on" twice`},
+		{"depends_on in another case", `{"name": "n", "tasks": [{"name": "a", "kind": "k"}, {"name": "b", "kind": "k", "depends_on": ["a"], "Depends_On": []}]}`,
+			`task 1 has the keys "depends_on" and "Depends_On"`},
+		{"a key in upper case", `{"name": "n", "tasks": [{"name": "a", "kind": "k", "Kind": "k2"}]}`, `"kind" and "Kind"`},
+		{"a key only in upper case", `{"name": "n", "tasks": [{"name": "a", "KIND": "k"}]}`, `task 0 has the key "KIND": keys are lower case, write "kind"`},
+		{"tasks twice", `{"name": "n", "tasks": [{"name": "a", "kind": "k"}], "tasks": [{"name": "b", "kind": "k"}]}`,
+			`the pipeline has the key "tasks" twice`},
+		{"name twice", `{"name": "n", "Name": "m", "tasks": [{"name": "a", "kind": "k"}]}`, `"name" and "Name"`},
+		{"over 64 MiB", `{"name": "n", "tasks": [{"name": "a", "kind": "k", "payload": "` + strings.Repeat("x", 64<<20) + `"}]}`,
+			"over 64 MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".json")
