@@ -417,8 +417,12 @@ func TestConsoleFindsAndFixesAFailedPipelineStep(t *testing.T) {
 	}
 	shots.take(ctx, "console-pipeline")
 
+	// The live page redraws its graph: the click is dispatched in the page
+	// in one step, on the element there at that moment, rather than on a
+	// node looked up a moment before and perhaps replaced since.
 	run(t, ctx, "open the failed task",
-		chromedp.Click(chromedp.CSS(`#graph a.step-link[data-step="transform"] rect`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#graph a.step-link[data-step="transform"] rect')`+
+			`.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true, view: window}))`),
 		chromedp.WaitVisible(chromedp.CSS("#stderr")),
 	)
 	stderr := evalUntil(t, ctx, "the failed task shows its stderr", `document.querySelector('#stderr').textContent`,
