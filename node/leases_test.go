@@ -366,3 +366,58 @@ func eventuallyDone(t *testing.T, ctx context.Context) {
 		t.Fatal("the context did not end within 10s")
 	}
 }
+
+// lateLeases lets its first few lease statements run out of their time, as
+// a busy SQLite writer or a loaded server does, then answers.
+type lateLeases struct {
+	store.Store
+	mu   sync.Mutex
+	late int // statements still to hold until their context ends
+}
+
+func (l *lateLeases) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([]store.BucketLease, error) {
+	l.mu.Lock()
+	late := l.late > 0
+	if late {
+		l.late--
+	}
+	l.mu.Unlock()
+	if late {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return l.Store.AcquireBuckets(ctx, req)
+}
+
+func TestAStartWhoseFirstLeaseStatementsRunOutOfTimeTriesAgain(t *testing.T) {
+	b := setup(t)
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &lateLeases{Store: h, late: 2}
+	cfg := b.config(t, "slow-start", 1, 2)
+	cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat = 3*time.Second, time.Second
+	n := newNodeOn(t, s, cfg, nil)
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatalf("a start whose first two lease statements ran out of time failed: %v", err)
+	}
+	if held := n.Held(); len(held) != 2 {
+		t.Errorf("held %v after start, want buckets 1 and 2", held)
+	}
+}
+
+func TestAStartGivesUpWhenTheLeaseStatementsKeepRunningOutOfTime(t *testing.T) {
+	b := setup(t)
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &lateLeases{Store: h, late: 1000}
+	cfg := b.config(t, "never-answered", 1)
+	cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat = 600*time.Millisecond, 200*time.Millisecond
+	n := newNodeOn(t, s, cfg, nil)
+	err := n.Start(context.Background())
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("start against lease statements that never answer: %v, want a deadline error", err)
+	}
+	if left := 1000 - s.late; left > 10 {
+		t.Errorf("sent %d lease statements before giving up, want about one TTL's worth", left)
+	}
+}

@@ -392,7 +392,7 @@ func (n *Node) start(ctx context.Context) error {
 	// the fleet's assignment gives it; the others are for the nodes already
 	// there, or handed to it by their holders.
 	n.balancer.plan(ctx, true)
-	if err := keeper.tick(ctx); err != nil {
+	if err := n.firstTake(ctx, keeper); err != nil {
 		// Leave nothing behind: a lease the statement may have taken after
 		// all, and the registration.
 		keeper.release(ctx, bucket.Set{})
@@ -428,6 +428,24 @@ func (n *Node) start(ctx context.Context) error {
 		zap.Int("fleet_buckets", meta.NumBuckets),
 		zap.Int("concurrency", n.cfg.Concurrency))
 	return nil
+}
+
+// firstTake takes the node's first bucket leases. A lease statement is
+// bounded by half a heartbeat, and on a loaded machine (a busy SQLite
+// writer, a server catching up) one can miss that bound once or twice: that
+// is no reason for a process to exit. A statement that ran out of its own
+// time is sent again, for about one lease TTL in all; any other error, or
+// the end of ctx, ends the start at once.
+func (n *Node) firstTake(ctx context.Context, k *leaseKeeper) error {
+	tries := max(2, int(k.ttl/max(k.heartbeat/2, 100*time.Millisecond)))
+	for try := 1; ; try++ {
+		err := k.tick(ctx)
+		if err == nil || try >= tries || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		n.log.Warn("taking the first bucket leases ran out of time; trying again",
+			zap.Int("try", try), zap.Int("of", tries), zap.Error(err))
+	}
 }
 
 // startLoops starts the background loops. The completer runs before the
