@@ -154,8 +154,9 @@ type TaskRequest = node.SubmitRequest
 // rather than from the request itself.
 var ErrRefused = errors.New("refused by the fleet")
 
-// UnheldBucketError refuses a task whose bucket no live node holds. For a
-// task without a key, Bucket is -1: no live node holds any bucket.
+// UnheldBucketError refuses a task whose bucket no live node holds or
+// declares. For a task without a key, Bucket is -1: no live node holds any
+// bucket.
 type UnheldBucketError struct {
 	Key    string
 	Bucket int
@@ -395,6 +396,22 @@ func (c *Client) readViewLocked(ctx context.Context) (fleetView, error) {
 	for _, l := range leases {
 		if n, ok := byIncarnation[l.Holder]; ok && l.Holder != "" {
 			v.holders[l.Bucket] = n
+		}
+	}
+	// A bucket whose lease lapsed for a moment (a renewal slower than its
+	// bound on a loaded machine) while a live node declares it is served:
+	// that node takes it at its next pass. Only a bucket no live node
+	// holds or declares would leave a task unserved.
+	for _, l := range leases {
+		if _, held := v.holders[l.Bucket]; held {
+			continue
+		}
+		for _, n := range nodes {
+			if n.Alive && !n.Leaving && n.StoppedAt.IsZero() && n.Buckets.Contains(l.Bucket) {
+				if cur, ok := v.holders[l.Bucket]; !ok || n.ID < cur.ID {
+					v.holders[l.Bucket] = n
+				}
+			}
 		}
 	}
 	c.fleet = v

@@ -120,6 +120,33 @@ func TestSubmitRoutesByKeyAndRuns(t *testing.T) {
 	}
 }
 
+func TestSubmitAcceptsABucketWhoseLeaseLapsedWhileALiveNodeDeclaresIt(t *testing.T) {
+	// A live node declares buckets 0-31 but holds none of them at this
+	// moment: its renewal ran late on a loaded machine and the leases
+	// lapsed. It takes them at its next pass, so a task there is served.
+	b := setup(t)
+	err := b.store.RegisterNode(b.ctx, store.NodeInfo{
+		ID: "late", Incarnation: "late/1", Buckets: span(0, 31), Kinds: []string{"work"},
+	}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.client.Policy()
+	if _, err := b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work", Key: keyIn(t, p, span(0, 31))}); err != nil {
+		t.Errorf("submit to a bucket a live node declares: %v, want it accepted", err)
+	}
+	_, err = b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "resize", Key: keyIn(t, p, span(0, 31))})
+	var unserved *flotilla.UnservedKindError
+	if !errors.As(err, &unserved) || unserved.Holder != "late" {
+		t.Errorf("submit of a kind the declaring node does not run: %v, want *UnservedKindError naming it", err)
+	}
+	_, err = b.client.Submit(b.ctx, flotilla.TaskRequest{Kind: "work", Key: keyIn(t, p, span(32, 63))})
+	var unheld *flotilla.UnheldBucketError
+	if !errors.As(err, &unheld) {
+		t.Errorf("submit to a bucket no live node holds or declares: %v, want *UnheldBucketError", err)
+	}
+}
+
 func TestSubmitRefusesWhatNobodyWouldServe(t *testing.T) {
 	b := setup(t)
 	b.startNode(t)

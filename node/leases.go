@@ -67,6 +67,59 @@ type leaseKeeper struct {
 	// holds, since the balancer last asked (movedSince).
 	answered uint64
 	moved    bool
+	// dbClock reckons the database's clock, from which lease expiry is
+	// judged, on this process's own: see reckoning.
+	dbClock reckoning
+}
+
+// reckoning is a node's estimate of the database's clock: the time the
+// database gave in an answer (at), and this process's time when that
+// statement was sent (sent). Lease decisions are the database's, on its
+// clock; a failover to a primary whose clock runs ahead would make every
+// live lease look expired at once, and a standby would take buckets whose
+// holders still serve them. So each statement asks the database to judge
+// expiry no later than this reckoning (+ the deadline margin), and an
+// answer whose time runs ahead of it by more than the margin is not taken
+// as the new reckoning for one TTL: the new clock is trusted once every
+// live holder has had a TTL to renew on it. A clock that steps back is
+// adopted at once; it can only make leases last longer.
+type reckoning struct {
+	at, sent time.Time
+	until    time.Time // local: the old reckoning is kept until then
+}
+
+// judgeAt is the database time at which a statement sent at sent should
+// judge expiry; zero before the first answer.
+func (r reckoning) judgeAt(sent time.Time, margin time.Duration) time.Time {
+	if r.at.IsZero() {
+		return time.Time{}
+	}
+	return r.at.Add(sent.Sub(r.sent) + margin)
+}
+
+// observe takes the database's time asOf from the answer to a statement
+// sent at sent. It returns how far the database's clock ran ahead of the
+// reckoning when that is more than margin (a step), else 0.
+func (r *reckoning) observe(asOf, sent time.Time, margin, ttl time.Duration) time.Duration {
+	if asOf.IsZero() {
+		return 0
+	}
+	if r.at.IsZero() {
+		r.at, r.sent = asOf, sent
+		return 0
+	}
+	ahead := asOf.Sub(r.at.Add(sent.Sub(r.sent)))
+	if ahead > margin {
+		if r.until.IsZero() {
+			r.until = sent.Add(ttl)
+			return ahead
+		}
+		if sent.Before(r.until) {
+			return 0
+		}
+	}
+	r.at, r.sent, r.until = asOf, sent, time.Time{}
+	return 0
 }
 
 type heldLease struct {
@@ -100,8 +153,12 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 	sent := k.clock.Now()
 	ctx, cancel := context.WithTimeout(ctx, max(k.heartbeat/2, 100*time.Millisecond))
 	defer cancel()
+	k.mu.Lock()
+	judgeAt := k.dbClock.judgeAt(sent, k.margin)
+	k.mu.Unlock()
 	leases, err := k.store.AcquireBuckets(ctx, store.AcquireRequest{
 		Owner: k.owner, Node: k.node, Buckets: k.declared, TTL: k.ttl, Take: k.takeNow(),
+		JudgeAt: judgeAt,
 	})
 	if err != nil {
 		k.reportTo().BucketLeasesTicked(0, 0, err)
@@ -110,6 +167,15 @@ func (k *leaseKeeper) tick(ctx context.Context) error {
 		return fmt.Errorf("renewing bucket leases: %w", err)
 	}
 	deadline := sent.Add(k.ttl - k.margin)
+	if len(leases) > 0 {
+		k.mu.Lock()
+		step := k.dbClock.observe(leases[0].AsOf, sent, k.margin, k.ttl)
+		k.mu.Unlock()
+		if step > 0 {
+			k.log.Warn("the database's clock ran ahead of this node's reckoning; lease expiry is judged on the reckoning for one TTL",
+				zap.Duration("ahead", step), zap.Duration("ttl", k.ttl))
+		}
+	}
 
 	var acquired []store.HeldBucket
 	var lost, handed []int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -419,5 +420,97 @@ func TestAStartGivesUpWhenTheLeaseStatementsKeepRunningOutOfTime(t *testing.T) {
 	}
 	if left := 1000 - s.late; left > 10 {
 		t.Errorf("sent %d lease statements before giving up, want about one TTL's worth", left)
+	}
+}
+
+// steppedStore is a memory store whose clock runs ahead of the nodes' by
+// a step the test sets, as a new primary's clock may after a failover.
+func steppedStore(t *testing.T, clk *clock.Manual) (store.Store, *atomic.Int64) {
+	t.Helper()
+	var step atomic.Int64
+	s := memory.New(memory.WithClock(func() time.Time { return clk.Now().Add(time.Duration(step.Load())) }))
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(context.Background(), 64); err != nil {
+		t.Fatal(err)
+	}
+	return s, &step
+}
+
+func TestADatabaseClockThatStepsForwardDoesNotHandALiveHoldersBucketToItsStandby(t *testing.T) {
+	lb := setupLeases(t)
+	s, step := steppedStore(t, lb.clock)
+	holder, ev := lb.keeper(t, s, "a", bucket.Of(3))
+	standby, _ := lb.keeper(t, s, "b", bucket.Of(3))
+	tick := func(k *leaseKeeper) {
+		t.Helper()
+		if err := k.tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(holder)
+	tick(standby)
+	lb.clock.Advance(testTTL / 3)
+	tick(holder)
+	tick(standby)
+
+	// The database fails over to a primary whose clock is an hour ahead:
+	// by that clock the holder's lease expired long ago, though the holder
+	// renewed it a moment ago and serves the bucket.
+	step.Store(int64(time.Hour))
+	tick(standby)
+	if _, ok := standby.Holds(3); ok {
+		t.Fatal("the standby took a live holder's bucket because the database's clock stepped forward")
+	}
+	tick(holder)
+	if epoch, ok := holder.Holds(3); !ok || epoch != 1 {
+		t.Fatalf("holder after the step: held=%v epoch=%d, want its lease renewed under epoch 1", ok, epoch)
+	}
+	// A TTL on, every node reckons on the new clock; the holder renewed on
+	// it all along and keeps its bucket.
+	for range 6 {
+		lb.clock.Advance(testTTL / 3)
+		tick(holder)
+		tick(standby)
+		if _, ok := standby.Holds(3); ok {
+			t.Fatal("the standby took the bucket while its holder renewed it every heartbeat")
+		}
+	}
+	if lost := ev.lostBuckets(); len(lost) != 0 {
+		t.Fatalf("the holder lost %v to a clock step", lost)
+	}
+	// The holder dies: its lease runs out on the new clock, and the
+	// standby takes the bucket as after any crash.
+	for range 5 {
+		lb.clock.Advance(testTTL / 3)
+		tick(standby)
+	}
+	if epoch, ok := standby.Holds(3); !ok || epoch != 2 {
+		t.Errorf("standby after its holder died: held=%v epoch=%d, want the bucket under epoch 2", ok, epoch)
+	}
+}
+
+func TestADatabaseClockThatStepsBackIsAdoptedAtOnce(t *testing.T) {
+	lb := setupLeases(t)
+	s, step := steppedStore(t, lb.clock)
+	holder, _ := lb.keeper(t, s, "a", bucket.Of(3))
+	standby, _ := lb.keeper(t, s, "b", bucket.Of(3))
+	_ = holder.tick(context.Background())
+	_ = standby.tick(context.Background())
+	step.Store(int64(-time.Minute))
+	// A minute back, the holder's lease looks a minute longer; the holder
+	// dies, and its standby waits that minute out, no more.
+	for range 4 {
+		lb.clock.Advance(testTTL / 3)
+		_ = standby.tick(context.Background())
+	}
+	if _, ok := standby.Holds(3); ok {
+		t.Fatal("the standby took the bucket before its lease ran out on the database's clock")
+	}
+	for range 16 {
+		lb.clock.Advance(testTTL / 3)
+		_ = standby.tick(context.Background())
+	}
+	if epoch, ok := standby.Holds(3); !ok || epoch != 2 {
+		t.Errorf("standby after the lease ran out: held=%v epoch=%d, want epoch 2", ok, epoch)
 	}
 }

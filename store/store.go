@@ -591,6 +591,24 @@ type AcquireRequest struct {
 	// handed to it taken up, as ever. A balancing node takes only what the
 	// assignment gives it. Nil takes every free requested bucket.
 	Take *bucket.Set
+	// JudgeAt, when set and earlier than the statement's own time on the
+	// database's clock, is the time at which the statement judges whether
+	// a lease has expired: whether the owner's own lease is live (renewed
+	// under its epoch) and whether another's may be taken. A node passes
+	// its own reckoning of the database's time, so that a step forward of
+	// that clock (a new primary whose clock runs ahead) cannot make a live
+	// holder's lease look expired to it. It never makes a lease expire
+	// sooner, and a new expiry is still the statement's time + TTL.
+	JudgeAt time.Time
+}
+
+// JudgeTime is the time at which an AcquireBuckets statement running at now
+// judges lease expiry: judgeAt when it is set and earlier, else now.
+func JudgeTime(now, judgeAt time.Time) time.Time {
+	if !judgeAt.IsZero() && judgeAt.Before(now) {
+		return judgeAt
+	}
+	return now
 }
 
 // Handoff names a bucket its holder gives to another node.
@@ -613,6 +631,9 @@ type BucketLease struct {
 	// so the epoch went up.
 	Held     bool
 	Acquired bool
+	// AsOf is the database's clock when AcquireBuckets ran (zero in other
+	// answers): a node reckons the database's time from it.
+	AsOf time.Time
 	// Successor is the node id the holder is handing the bucket to while
 	// it lets its tasks there finish (MarkHandoff), since HandoffSince;
 	// "" when no hand-off is under way. SuccessorOwner is its incarnation.

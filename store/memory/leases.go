@@ -87,10 +87,11 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 
 	now := db.now()
 	expiresAt := dbTime(now.Add(req.TTL))
+	judge := store.JudgeTime(now, req.JudgeAt)
 	out := make([]store.BucketLease, 0, req.Buckets.Len())
 	for _, b := range req.Buckets.Slice() {
 		l := &db.leases[b]
-		renewal := l.live(now) && l.holder == req.Owner
+		renewal := l.live(judge) && l.holder == req.Owner
 		// A lease handed to the owner is taken up at its first renewal.
 		takenUp := renewal && l.handedBy != "" && l.handoffEpoch == l.epoch
 		switch {
@@ -100,15 +101,16 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 			if takenUp {
 				l.handedBy = ""
 			}
-		case !l.live(now) && (req.Take == nil || req.Take.Contains(b)):
+		case !l.live(judge) && (req.Take == nil || req.Take.Contains(b)):
 			// A new holder, or the same one after its lease ran out: what
 			// it did under the old epoch may have been rescued meanwhile,
 			// so its old attempts must be fenced.
 			*l = l.newHolder(req.Owner, req.Node, expiresAt)
 		}
-		lease := db.view(b, now)
-		lease.Held = l.holder == req.Owner && l.live(now)
+		lease := db.view(b, judge)
+		lease.Held = l.holder == req.Owner && l.live(judge)
 		lease.Acquired = lease.Held && (!renewal || takenUp)
+		lease.AsOf = now
 		out = append(out, lease)
 	}
 	return out, nil

@@ -12,6 +12,11 @@ import (
 	"github.com/flotilla-dev/flotilla/store"
 )
 
+// judgeSQL is the time at which acquireSQL judges lease expiry: the
+// statement's own, or the requester's reckoning of the database's clock
+// ($6) when that is earlier (store.AcquireRequest.JudgeAt).
+const judgeSQL = `least(statement_timestamp(), coalesce($6::timestamptz, statement_timestamp()))`
+
 // acquireSQL acquires or renews bucket leases in one statement. taken locks,
 // in bucket order (so that nodes asking for overlapping sets never
 // deadlock), only the rows the owner may take: its own live ones, and free,
@@ -27,13 +32,13 @@ WITH req AS (
     SELECT DISTINCT unnest($1::int[]) AS bucket
 ), taken AS (
     SELECT l.bucket,
-           coalesce(l.owner = $2::text AND l.expires_at > statement_timestamp(), false) AS renewing,
-           coalesce(l.owner = $2::text AND l.expires_at > statement_timestamp()
+           coalesce(l.owner = $2::text AND l.expires_at > ` + judgeSQL + `, false) AS renewing,
+           coalesce(l.owner = $2::text AND l.expires_at > ` + judgeSQL + `
                     AND l.handed_by IS NOT NULL AND l.handoff_epoch = l.epoch, false) AS taken_up
     FROM flotilla_bucket_leases l
     WHERE l.bucket = ANY($1::int[])
-      AND ((l.owner = $2::text AND l.expires_at > statement_timestamp())
-           OR ((l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= statement_timestamp())
+      AND ((l.owner = $2::text AND l.expires_at > ` + judgeSQL + `)
+           OR ((l.owner IS NULL OR l.expires_at IS NULL OR l.expires_at <= ` + judgeSQL + `)
                AND ($5::int[] IS NULL OR l.bucket = ANY($5::int[]))))
     ORDER BY l.bucket
     FOR UPDATE
@@ -55,11 +60,11 @@ WITH req AS (
 )
 SELECT r.bucket, cur.bucket IS NOT NULL, u.bucket IS NOT NULL, coalesce(u.acquired, false),
        CASE WHEN u.bucket IS NOT NULL THEN u.owner
-            WHEN cur.expires_at > statement_timestamp() THEN cur.owner END,
+            WHEN cur.expires_at > ` + judgeSQL + ` THEN cur.owner END,
        CASE WHEN u.bucket IS NOT NULL THEN u.node
-            WHEN cur.expires_at > statement_timestamp() THEN cur.node END,
+            WHEN cur.expires_at > ` + judgeSQL + ` THEN cur.node END,
        coalesce(u.epoch, cur.epoch, 0),
-       coalesce(u.expires_at, cur.expires_at)
+       coalesce(u.expires_at, cur.expires_at), statement_timestamp()
 FROM req r
 LEFT JOIN upd u ON u.bucket = r.bucket
 LEFT JOIN flotilla_bucket_leases cur ON cur.bucket = r.bucket
@@ -92,7 +97,11 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 	if req.Take != nil {
 		take = bucketArray(*req.Take)
 	}
-	args := []any{bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL), take}
+	var judgeAt any
+	if !req.JudgeAt.IsZero() {
+		judgeAt = req.JudgeAt
+	}
+	args := []any{bucketArray(req.Buckets), req.Owner, req.Node, micros(req.TTL), take, judgeAt}
 	err = settledTxOn(ctx, s.leases, acquireSettingSQL, acquireSQL, args, func(rows pgx.Rows) error {
 		var err error
 		out, missing, err = scanLeases(rows)
@@ -129,10 +138,11 @@ func scanLeases(rows pgx.Rows) (out []store.BucketLease, missing []int, err erro
 			known           bool
 			holder, node    pgtype.Text
 			expiresAt       pgtype.Timestamptz
+			asOf            time.Time
 			leaseHeld, acqd bool
 			epoch           int64
 		)
-		if err := rows.Scan(&b, &known, &leaseHeld, &acqd, &holder, &node, &epoch, &expiresAt); err != nil {
+		if err := rows.Scan(&b, &known, &leaseHeld, &acqd, &holder, &node, &epoch, &expiresAt, &asOf); err != nil {
 			return nil, nil, err
 		}
 		if !known {
@@ -141,7 +151,7 @@ func scanLeases(rows pgx.Rows) (out []store.BucketLease, missing []int, err erro
 		}
 		out = append(out, store.BucketLease{
 			Bucket: int(b), Holder: holder.String, Node: node.String, Epoch: epoch,
-			ExpiresAt: optTime(expiresAt), Held: leaseHeld, Acquired: acqd,
+			ExpiresAt: optTime(expiresAt), Held: leaseHeld, Acquired: acqd, AsOf: asOf,
 		})
 	}
 	return out, missing, rows.Err()

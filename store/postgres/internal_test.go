@@ -1285,7 +1285,7 @@ func TestALeaseRenewalReadsOnlyItsBuckets(t *testing.T) {
 			if _, err := tx.Exec(ctx, acquireSettingSQL); err != nil {
 				return err
 			}
-			rows, err := tx.Query(ctx, "EXPLAIN "+acquireSQL, bucketArray(held), "a", "n", time.Minute.Microseconds(), take)
+			rows, err := tx.Query(ctx, "EXPLAIN "+acquireSQL, bucketArray(held), "a", "n", time.Minute.Microseconds(), take, nil)
 			if err != nil {
 				return err
 			}

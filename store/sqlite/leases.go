@@ -57,20 +57,21 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 	err := s.write(ctx, func(tx *wtx) error {
 		out = make([]store.BucketLease, 0, req.Buckets.Len())
 		expiresAt := dbTime(tx.now.Add(req.TTL))
+		judge := store.JudgeTime(tx.now, req.JudgeAt)
 		for _, b := range req.Buckets.Slice() {
 			l, err := loadLease(tx, b)
 			if err != nil {
 				return err
 			}
-			renewal := l.live(tx.now) && l.owner == req.Owner
-			takenUp := l.takenUp(req.Owner, tx.now)
+			renewal := l.live(judge) && l.owner == req.Owner
+			takenUp := l.takenUp(req.Owner, judge)
 			switch {
 			case renewal:
 				l.expiresAt, l.node, l.handedBy = expiresAt, req.Node, ""
 				_, err = tx.exec(`UPDATE flotilla_bucket_leases SET node = ?, expires_at = ?, renewed_at = ?,
 					handed_by = NULL WHERE bucket = ?`,
 					req.Node, expiresAt.UnixMicro(), tx.now.UnixMicro(), b)
-			case !l.live(tx.now) && (req.Take == nil || req.Take.Contains(b)):
+			case !l.live(judge) && (req.Take == nil || req.Take.Contains(b)):
 				// A new holder, or the same one after its lease ran out:
 				// what it did under the old epoch may have been rescued
 				// meanwhile, so its old attempts must be fenced.
@@ -84,9 +85,10 @@ func (s *Store) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([
 			if err != nil {
 				return wrap(err, "acquire bucket %d", b)
 			}
-			lease := l.view(tx.now)
-			lease.Held = l.owner == req.Owner && l.live(tx.now)
+			lease := l.view(judge)
+			lease.Held = l.owner == req.Owner && l.live(judge)
 			lease.Acquired = lease.Held && (!renewal || takenUp)
+			lease.AsOf = tx.now
 			out = append(out, lease)
 		}
 		return nil

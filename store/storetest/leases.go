@@ -92,6 +92,54 @@ func testBucketLeases(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ExpiryIsJudgedNoLaterThanTheRequestersReckoning", func(t *testing.T) {
+		// A node reckons the database's clock on its own (JudgeAt): an
+		// expiry the database's clock has passed but the reckoning has not
+		// is no expiry to it, as after a failover to a primary whose clock
+		// runs ahead.
+		b := setup(t, h)
+		first := acquire(b, "a", 1)[1]
+		if first.AsOf.IsZero() {
+			t.Fatal("AcquireBuckets answered no AsOf: a node cannot reckon the database's clock")
+		}
+		now, err := b.s.Now(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := now.Sub(first.AsOf); d < 0 || d > time.Minute {
+			t.Errorf("AsOf %v, want the statement's time (now is %v)", first.AsOf, now)
+		}
+		h.ExpireBucketLease(t, b.s, 1)
+		earlier := first.AsOf.Add(-time.Hour)
+		judged := func(owner string) store.BucketLease {
+			t.Helper()
+			leases, err := b.s.AcquireBuckets(b.ctx, store.AcquireRequest{
+				Owner: owner, Node: nodeOf(owner), Buckets: bucket.Of(1), TTL: leaseTTL, JudgeAt: earlier,
+			})
+			if err != nil || len(leases) != 1 {
+				t.Fatalf("AcquireBuckets with JudgeAt: %v, %+v", err, leases)
+			}
+			return leases[0]
+		}
+		if l := judged("b"); l.Held || l.Holder != "a" || l.Epoch != 1 {
+			t.Errorf("b judging an hour earlier: %+v, want a's lease live, not taken", l)
+		}
+		if l := judged("a"); !l.Held || l.Acquired || l.Epoch != 1 {
+			t.Errorf("a renewing, judged an hour earlier: %+v, want renewed under epoch 1", l)
+		}
+		// A JudgeAt later than the statement's time changes nothing.
+		h.ExpireBucketLease(t, b.s, 1)
+		leases, err := b.s.AcquireBuckets(b.ctx, store.AcquireRequest{
+			Owner: "b", Node: nodeOf("b"), Buckets: bucket.Of(1), TTL: leaseTTL, JudgeAt: now.Add(time.Hour),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := leases[0]; !l.Held || !l.Acquired || l.Epoch != 2 {
+			t.Errorf("b judging an hour later than the database: %+v, want the expired lease taken at epoch 2", l)
+		}
+	})
+
 	t.Run("ReleaseOnlyByItsOwner", func(t *testing.T) {
 		b := setup(t, h)
 		acquire(b, "a", 1, 2, 3)
