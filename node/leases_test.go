@@ -514,3 +514,46 @@ func TestADatabaseClockThatStepsBackIsAdoptedAtOnce(t *testing.T) {
 		t.Errorf("standby after the lease ran out: held=%v epoch=%d, want epoch 2", ok, epoch)
 	}
 }
+
+// failingLeases fails the next fail lease statements at once, as a
+// database that refuses connections for a moment does.
+type failingLeases struct {
+	store.Store
+	fail atomic.Int32
+}
+
+func (f *failingLeases) AcquireBuckets(ctx context.Context, req store.AcquireRequest) ([]store.BucketLease, error) {
+	if f.fail.Add(-1) >= 0 {
+		return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return f.Store.AcquireBuckets(ctx, req)
+}
+
+func TestAFailedRenewalIsTriedAgainBeforeTheNextHeartbeat(t *testing.T) {
+	// With the heartbeat at TTL/3, a node that waited a whole heartbeat
+	// after each failed renewal would reach its local deadline after two
+	// failures in a row. It tries again sooner, and keeps its buckets.
+	b := setup(t, withManualClock())
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &failingLeases{Store: h}
+	cfg := b.config(t, "retrying", 1)
+	cfg.BucketLeaseTTL, cfg.BucketLeaseHeartbeat = 15*time.Second, 5*time.Second
+	n := newNodeOn(t, s, cfg, nil)
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the lease loop's first pass", func() bool { return n.leasePasses.Load() >= 1 })
+	s.fail.Store(2)
+	b.advanceUntil(t, "two failed renewals and one sent after them", 100*time.Millisecond, func() bool {
+		return s.fail.Load() < 0
+	})
+	passes := n.leasePasses.Load()
+	b.advanceUntil(t, "the lease pass after that", 100*time.Millisecond, func() bool {
+		return n.leasePasses.Load() > passes
+	})
+	held := n.Held()
+	if len(held) != 1 || held[0].Epoch != 1 {
+		t.Fatalf("after two failed renewals: held %+v, want bucket 1 still under epoch 1", held)
+	}
+}

@@ -468,12 +468,20 @@ func (n *Node) startLoops() {
 	// The lease loop ticks once at once: a bucket released between Start's
 	// first tick and the subscription above is then taken now, not a
 	// heartbeat later.
+	// A failed renewal is tried again after a third of a heartbeat, not a
+	// whole one: with the default heartbeat of TTL/3 a node would get only
+	// two tries before its local deadline, and on a loaded machine (a busy
+	// SQLite file, a slow server) two slow statements in a row would cost
+	// it its buckets.
+	retry := max(c.BucketLeaseHeartbeat/3, 100*time.Millisecond)
 	must(n.leaseLoop.start(ctx, func(ctx context.Context) {
-		every(ctx, c.Clock, c.BucketLeaseHeartbeat, n.leaseLoop.wake, true, func(ctx context.Context) {
-			if n.keeper.tick(ctx) == nil { // the keeper logs a failure, and serves until its deadline
-				n.balancer.pass(ctx)
+		paced(ctx, c.Clock, n.leaseLoop.wake, func(ctx context.Context) time.Duration {
+			defer n.leasePasses.Add(1)
+			if n.keeper.tick(ctx) != nil { // the keeper logs a failure, and serves until its deadline
+				return retry
 			}
-			n.leasePasses.Add(1)
+			n.balancer.pass(ctx)
+			return c.BucketLeaseHeartbeat
 		})
 	}))
 	must(n.heartbeatLoop.start(ctx, func(ctx context.Context) {
