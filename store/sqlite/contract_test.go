@@ -16,6 +16,7 @@ import (
 
 func TestContract(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
+		OneWriter: true,
 		Open: func(t *testing.T) store.Store {
 			return open(t, filepath.Join(t.TempDir(), "flotilla.db"))
 		},

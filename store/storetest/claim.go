@@ -154,7 +154,7 @@ func testClaim(t *testing.T, h Harness) {
 	t.Run("NeverTheSameTaskTwice", func(t *testing.T) {
 		// Smaller under -short, never skipped: the rule holds at any size.
 		total, claimers := 10000, 8
-		if testing.Short() {
+		if testing.Short() || h.OneWriter {
 			total = 1000
 		}
 		b := setup(t, h)

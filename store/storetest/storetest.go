@@ -46,6 +46,12 @@ type Harness struct {
 	// store whose tests keep the CPU busy gains nothing from it and only
 	// stretches each test.
 	Parallel bool
+	// OneWriter says the store runs its writes one at a time (SQLite's
+	// single writer): concurrent claims cannot interleave inside the store,
+	// so the suite's concurrency cases run at a tenth of their size, which
+	// shows the rule as well and spares minutes of a race-instrumented
+	// engine.
+	OneWriter bool
 }
 
 // Run runs the whole contract suite.
