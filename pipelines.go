@@ -38,8 +38,8 @@ func (c *Client) SubmitPipeline(ctx context.Context, r PipelineRequest, opts ...
 	if err := o.noFields("SubmitPipeline", "set them on each task.Step, and the key on PipelineRequest.Key"); err != nil {
 		return store.Pipeline{}, err
 	}
-	if _, err := store.CheckSteps(r.Steps, nil, nil); err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", r.Name, err)
+	if _, err := store.CheckNewPipeline(store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps}); err != nil {
+		return store.Pipeline{}, err
 	}
 	if r.Key != "" {
 		b := c.policy.Of(r.Key)

@@ -63,8 +63,8 @@ func (c *Client) submitPipelineInTx(ctx context.Context, tx any, call string, r 
 	if err != nil {
 		return store.Pipeline{}, err
 	}
-	if _, err := store.CheckSteps(r.Steps, nil, nil); err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", r.Name, err)
+	if _, err := store.CheckNewPipeline(store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps}); err != nil {
+		return store.Pipeline{}, err
 	}
 	return txs.CreatePipelineInTx(ctx, tx, store.NewPipeline{Name: r.Name, Key: r.Key, Steps: r.Steps})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +47,11 @@ func TestAStepReadsItsDependenciesResultsAndAppends(t *testing.T) {
 			// siblings: refused at once.
 			if err := tk.Append(task.Step{Name: "bad", Kind: "produce", DependsOn: []task.Dependency{{Step: "a"}}}); err == nil {
 				return errors.New("an append depending on another step was accepted")
+			}
+			// Nor may it carry what a submitted task may not.
+			var invalid *store.InvalidError
+			if err := tk.Append(task.Step{Name: "many", Kind: "produce", MaxAttempts: store.MaxMaxAttempts + 1}); !errors.As(err, &invalid) {
+				return fmt.Errorf("an append of a step with max attempts over the bound: %v, want a *store.InvalidError", err)
 			}
 			return nil
 		},

@@ -115,6 +115,9 @@ func CheckSteps(steps []task.Step, taken, external func(name string) bool) ([]ta
 		if err := CheckTimeout(s.Timeout); err != nil {
 			return nil, bad("step %q: %v", s.Name, err)
 		}
+		if err := checkStep(s); err != nil {
+			return nil, fmt.Errorf("step %s: %w", Shorten(s.Name, 60), err)
+		}
 		index[s.Name] = i
 	}
 	for _, s := range steps {
@@ -176,6 +179,35 @@ func CheckSteps(steps []task.Step, taken, external func(name string) bool) ([]ta
 		}
 	}
 	return order, nil
+}
+
+// checkStep refuses a step that would be refused as a task: every step
+// becomes one, so it passes the checks a submitted task does (kind,
+// payload, priority, max attempts), and its name is a name as a key is.
+func checkStep(s task.Step) error {
+	if err := CheckName("step name", s.Name, true); err != nil {
+		return err
+	}
+	return checkNewTask(NewTask{
+		Kind: s.Kind, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts, Timeout: s.Timeout,
+	}, 0)
+}
+
+// CheckNewPipeline refuses a pipeline no store could create: a name or key
+// CheckName refuses (a name is required), or steps CheckSteps refuses. It
+// returns the steps in CheckSteps order.
+func CheckNewPipeline(np NewPipeline) ([]task.Step, error) {
+	if err := CheckName("pipeline name", np.Name, true); err != nil {
+		return nil, err
+	}
+	if err := CheckName("key", np.Key, false); err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", Shorten(np.Name, 60), err)
+	}
+	steps, err := CheckSteps(np.Steps, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", Shorten(np.Name, 60), err)
+	}
+	return steps, nil
 }
 
 // Birth is how a new step starts: queued when every dependency has already

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/flotilla-dev/flotilla"
+	"github.com/flotilla-dev/flotilla/kinds"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -88,8 +89,15 @@ func parsePipeline(r io.Reader, source string) (flotilla.PipelineRequest, error)
 		}
 		req.Steps = append(req.Steps, s)
 	}
-	if _, err := store.CheckSteps(req.Steps, nil, nil); err != nil {
+	if _, err := store.CheckNewPipeline(store.NewPipeline{Name: req.Name, Key: req.Key, Steps: req.Steps}); err != nil {
 		return flotilla.PipelineRequest{}, fmt.Errorf("%s: %w", source, err)
+	}
+	// A step of a stock kind is held to the payload check worker submit
+	// applies, so that it fails here, not attempt after attempt on a node.
+	for _, s := range req.Steps {
+		if err := kinds.CheckPayload(s.Kind, s.Payload); err != nil {
+			return flotilla.PipelineRequest{}, fmt.Errorf("%s: step %q: %w", source, s.Name, err)
+		}
 	}
 	return req, nil
 }

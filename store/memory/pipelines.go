@@ -53,12 +53,9 @@ func pipelineNotFound(id int64) error {
 
 // CreatePipeline creates a pipeline and its steps atomically.
 func (s *Store) CreatePipeline(ctx context.Context, np store.NewPipeline) (store.Pipeline, error) {
-	steps, err := store.CheckSteps(np.Steps, nil, nil)
+	steps, err := store.CheckNewPipeline(np)
 	if err != nil {
-		return store.Pipeline{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
-	}
-	if np.Name == "" {
-		return store.Pipeline{}, fmt.Errorf("%w: a pipeline needs a name", store.ErrInvalid)
+		return store.Pipeline{}, err
 	}
 	for _, st := range steps {
 		if err := checkJSON("payload of step "+strconv.Quote(st.Name), st.Payload); err != nil {

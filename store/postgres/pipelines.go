@@ -119,12 +119,9 @@ func (s *Store) CreatePipelineTx(ctx context.Context, tx pgx.Tx, np store.NewPip
 }
 
 func (s *Store) createPipeline(ctx context.Context, tx pgx.Tx, np store.NewPipeline) (store.Pipeline, bool, error) {
-	if np.Name == "" {
-		return store.Pipeline{}, false, fmt.Errorf("a pipeline needs a name: %w", store.ErrInvalid)
-	}
-	steps, err := store.CheckSteps(np.Steps, nil, nil)
+	steps, err := store.CheckNewPipeline(np)
 	if err != nil {
-		return store.Pipeline{}, false, fmt.Errorf("pipeline %q: %w", np.Name, err)
+		return store.Pipeline{}, false, err
 	}
 	if err := checkStepPayloads(steps); err != nil {
 		return store.Pipeline{}, false, fmt.Errorf("pipeline %q: %w", np.Name, err)

@@ -91,12 +91,9 @@ func (s *Store) CreatePipelineInTx(ctx context.Context, tx any, np store.NewPipe
 // checkPipeline validates a new pipeline before anything is written, and
 // returns its steps in creation order with the fleet's bucket policy.
 func (s *Store) checkPipeline(ctx context.Context, np store.NewPipeline) ([]task.Step, bucket.Policy, error) {
-	if np.Name == "" {
-		return nil, bucket.Policy{}, fmt.Errorf("a pipeline needs a name: %w", store.ErrInvalid)
-	}
-	steps, err := store.CheckSteps(np.Steps, nil, nil)
+	steps, err := store.CheckNewPipeline(np)
 	if err != nil {
-		return nil, bucket.Policy{}, fmt.Errorf("pipeline %q: %w", np.Name, err)
+		return nil, bucket.Policy{}, err
 	}
 	if err := checkStepPayloads(steps); err != nil {
 		return nil, bucket.Policy{}, fmt.Errorf("pipeline %q: %w", np.Name, err)

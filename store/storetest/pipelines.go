@@ -453,6 +453,30 @@ func testPipelines(t *testing.T, h Harness) {
 				t.Errorf("%s: %v, want store.ErrInvalid", name, err)
 			}
 		}
+		// A step is refused for what a submitted task is refused for, and
+		// with the same typed error (store.CheckNewTasks).
+		with := func(f func(*task.Step)) []task.Step {
+			s := step("a")
+			f(&s)
+			return []task.Step{s}
+		}
+		for name, np := range map[string]store.NewPipeline{
+			"payload over 1 MiB": {Steps: with(func(s *task.Step) {
+				s.Payload = json.RawMessage(`"` + strings.Repeat("x", store.MaxPayloadBytes) + `"`)
+			})},
+			"max attempts over the bound": {Steps: with(func(s *task.Step) { s.MaxAttempts = store.MaxMaxAttempts + 1 })},
+			"kind with a control character": {Steps: with(func(s *task.Step) { s.Kind = "no\x07op" })},
+			"priority beyond int32":         {Steps: with(func(s *task.Step) { s.Priority = store.MaxPriority + 1 })},
+			"key of 600 bytes":              {Key: strings.Repeat("k", 600), Steps: []task.Step{step("a")}},
+			"step name with a newline":      {Steps: with(func(s *task.Step) { s.Name = "a\nb" })},
+		} {
+			np.Name = name
+			_, err := b.s.CreatePipeline(b.ctx, np)
+			var invalid *store.InvalidError
+			if !errors.As(err, &invalid) {
+				t.Errorf("%s: %v, want a *store.InvalidError as a task would get", name, err)
+			}
+		}
 		if got, err := b.s.ListTasks(b.ctx, store.TaskFilter{}); err != nil || len(got) != 0 {
 			t.Errorf("invalid pipelines left %d tasks (%v)", len(got), err)
 		}
