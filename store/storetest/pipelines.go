@@ -464,7 +464,7 @@ func testPipelines(t *testing.T, h Harness) {
 			"payload over 1 MiB": {Steps: with(func(s *task.Step) {
 				s.Payload = json.RawMessage(`"` + strings.Repeat("x", store.MaxPayloadBytes) + `"`)
 			})},
-			"max attempts over the bound": {Steps: with(func(s *task.Step) { s.MaxAttempts = store.MaxMaxAttempts + 1 })},
+			"max attempts over the bound":   {Steps: with(func(s *task.Step) { s.MaxAttempts = store.MaxMaxAttempts + 1 })},
 			"kind with a control character": {Steps: with(func(s *task.Step) { s.Kind = "no\x07op" })},
 			"priority beyond int32":         {Steps: with(func(s *task.Step) { s.Priority = store.MaxPriority + 1 })},
 			"key of 600 bytes":              {Key: strings.Repeat("k", 600), Steps: []task.Step{step("a")}},
