@@ -98,9 +98,15 @@ WITH lease AS (
     WHERE pl.id = ANY(ARRAY(SELECT DISTINCT pipeline_id FROM candidates WHERE pipeline_id IS NOT NULL))
     FOR UPDATE SKIP LOCKED
 ), victims AS (
+    -- A candidate of no pipeline, of a pipeline whose row heads locked,
+    -- or of one whose row an earlier batch removed. Arrays again, each
+    -- computed once, so that no join hashes the pipelines table.
     SELECT c.* FROM candidates c
-    WHERE c.pipeline_id IS NULL OR c.pipeline_id IN (SELECT id FROM heads)
-       OR NOT EXISTS (SELECT 1 FROM flotilla_pipelines pl WHERE pl.id = c.pipeline_id)
+    WHERE c.pipeline_id IS NULL
+       OR c.pipeline_id = ANY(ARRAY(SELECT id FROM heads))
+       OR c.pipeline_id <> ALL(ARRAY(
+            SELECT pl.id FROM flotilla_pipelines pl
+            WHERE pl.id = ANY(ARRAY(SELECT DISTINCT pipeline_id FROM candidates WHERE pipeline_id IS NOT NULL))))
 ), ids AS (
     -- The victims as an array: each delete below is then an index lookup
     -- per id, where a join to the CTE would be planned as a hash join over

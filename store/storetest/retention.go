@@ -216,6 +216,11 @@ func testRetention(t *testing.T, h Harness) {
 			if got, err := b.s.GetPipeline(b.ctx, p.ID); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("GetPipeline after batch %d: %v (%d steps), want ErrNotFound", batch, err, len(got.Steps))
 			}
+			if batch == 1 { // transform is left: running it again is a retry of the pipeline too
+				if got, err := b.s.RetryTask(b.ctx, store.RetryRequest{ID: ids[1], By: "op"}); !errors.Is(err, store.ErrNotFound) {
+					t.Fatalf("RetryTask of transform after batch 1: %v, %v; want ErrNotFound", got, err)
+				}
+			}
 			if list, err := b.s.ListPipelines(b.ctx, store.PipelineFilter{}); err != nil || len(list) != 0 {
 				t.Fatalf("ListPipelines after batch %d: %+v, %v; want none", batch, list, err)
 			}
