@@ -35,7 +35,31 @@ var (
 	// ErrInvalid: a request that no store could carry out (a bad status, a
 	// missing kind, a payload that is not JSON).
 	ErrInvalid = errors.New("invalid request")
+	// ErrPartialPipeline: a pipeline read without a step that another of
+	// its steps depends on, as retention leaves it between two batches,
+	// which nothing can be planned against. Stores never show one (the
+	// pipeline is gone to reads from retention's first batch); the check
+	// keeps a retry from waiting forever for a task that is gone.
+	ErrPartialPipeline = errors.New("pipeline is partly removed")
 )
+
+// PartialPipelineError names the pipeline and the step missing from it, and
+// the step that depends on it. It matches ErrPartialPipeline and
+// ErrNotFound: the pipeline is being removed.
+type PartialPipelineError struct {
+	Pipeline int64
+	Step     string // the step whose dependency is missing
+	Missing  string // the dependency, which has no task left
+}
+
+func (e *PartialPipelineError) Error() string {
+	return fmt.Sprintf("pipeline %d is partly removed by retention: step %q depends on step %q, which has no task left",
+		e.Pipeline, e.Step, e.Missing)
+}
+
+func (e *PartialPipelineError) Is(target error) bool {
+	return target == ErrPartialPipeline || target == ErrNotFound
+}
 
 // BucketCountError says that the fleet's bucket count is fixed and differs
 // from the one asked for.

@@ -283,8 +283,20 @@ func SkippedDependencyReason(step string) string {
 // and every descendant of it whose current task did not succeed. from must
 // have ended without success, and every step to run again must have ended:
 // ErrConflict otherwise, naming the step. ErrNotFound when from is no step.
-// The names come in the pipeline's step order.
+// A *PartialPipelineError when a step depends on one p does not have. The
+// names come in the pipeline's step order.
 func RetryPlan(p Pipeline, from string) ([]string, error) {
+	has := make(map[string]bool, len(p.Steps))
+	for _, s := range p.Steps {
+		has[s.Name] = true
+	}
+	for _, s := range p.Steps {
+		for _, d := range s.DependsOn {
+			if !has[d.Step] {
+				return nil, &PartialPipelineError{Pipeline: p.ID, Step: s.Name, Missing: d.Step}
+			}
+		}
+	}
 	start, ok := p.Step(from)
 	if !ok {
 		return nil, fmt.Errorf("pipeline %d has no step %q: %w", p.ID, from, ErrNotFound)

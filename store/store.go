@@ -214,7 +214,9 @@ type Store interface {
 	// descendant of it that did not succeed (RetryPlan), and nothing else:
 	// the old tasks keep their ends and trails. The new tasks depend on the
 	// new tasks of the steps run again, and on the current tasks of the
-	// others. It answers the pipeline as it is afterwards.
+	// others. It answers the pipeline as it is afterwards. ErrNotFound when
+	// there is no such pipeline, or retention has begun to remove it; a
+	// *PartialPipelineError when a step depends on one the pipeline lacks.
 	RetryPipeline(ctx context.Context, id int64, from string) (Pipeline, error)
 	// Limits
 
@@ -274,10 +276,11 @@ type Store interface {
 	// oldest first, with their audit events, their acknowledged commands and
 	// their dependency rows, in one short transaction. It never removes a
 	// task an unacknowledged command names, nor a task of a pipeline any of
-	// whose tasks is not prunable: a pipeline goes as a whole (its row with
-	// its last task). It reads and locks finished rows only, skipping rows
-	// another transaction holds, so it never waits for a claim nor makes
-	// one wait. Unless req.Owner holds req.Bucket under req.Epoch, unexpired
+	// whose tasks is not prunable: a pipeline goes as a whole, its row with
+	// the first batch that removes a task of it, so that every read (and a
+	// retry) finds it whole or not at all. It reads and locks finished rows
+	// (and their pipelines' rows) only, skipping rows another transaction
+	// holds, so it never waits for a claim nor makes one wait. Unless req.Owner holds req.Bucket under req.Epoch, unexpired
 	// by the database clock, it removes nothing and returns ErrFenced. A dry
 	// run counts instead (see PruneRequest.DryRun).
 	PruneFinished(ctx context.Context, req PruneRequest) (PruneResult, error)

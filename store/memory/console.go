@@ -76,7 +76,10 @@ func (s *Store) RetryTask(ctx context.Context, req store.RetryRequest) (*task.Ta
 		_ = link(rec.ID, fresh.ID, "") // it does not fail
 		return fresh.snapshot(), nil
 	}
-	p := db.pipelines[rec.Pipeline-1]
+	p := db.pipeline(rec.Pipeline)
+	if p == nil {
+		return nil, pipelineNotFound(rec.Pipeline)
+	}
 	view := db.pipelineView(p)
 	step, err := store.RetryStepOf(view, &rec.Task)
 	if err != nil {
@@ -127,7 +130,7 @@ func (s *Store) ListPipelines(ctx context.Context, f store.PipelineFilter) ([]st
 	}
 	out := []store.PipelineSummary{}
 	for id := newest; id >= 1 && len(out) < limit; id-- {
-		if p := db.pipelines[id-1]; p != nil {
+		if p := db.pipeline(id); p != nil {
 			out = append(out, store.SummaryOf(db.pipelineView(p)))
 		}
 	}

@@ -23,6 +23,11 @@ type pipelineRecord struct {
 	createdAt time.Time
 	steps     []*stepRecord
 	byName    map[string]*stepRecord
+	// removing is set when retention has removed a task of the pipeline:
+	// from then on the pipeline is gone to every read, as on the other
+	// stores, whose first batch removes its row, while its remaining
+	// tasks wait for the next batches.
+	removing bool
 }
 
 type stepRecord struct {
@@ -186,16 +191,26 @@ func (s *Store) GetPipeline(ctx context.Context, id int64) (store.Pipeline, erro
 		return store.Pipeline{}, err
 	}
 	defer db.mu.Unlock()
-	if id < 1 || id > int64(len(db.pipelines)) || db.pipelines[id-1] == nil {
+	p := db.pipeline(id)
+	if p == nil {
 		return store.Pipeline{}, pipelineNotFound(id)
 	}
-	return db.pipelineView(db.pipelines[id-1]), nil
+	return db.pipelineView(p), nil
 }
 
-// pipelineView shows each step by its newest task left. Retention removes
-// a finished pipeline a batch at a time, oldest tasks first, so that until
-// its last batch some steps may have no task left: those are not shown,
-// as the other stores, which read a pipeline from its tasks, do not.
+// pipeline is the pipeline id as reads see it: nil once retention has
+// begun to remove it.
+func (db *database) pipeline(id int64) *pipelineRecord {
+	if id < 1 || id > int64(len(db.pipelines)) {
+		return nil
+	}
+	if p := db.pipelines[id-1]; p != nil && !p.removing {
+		return p
+	}
+	return nil
+}
+
+// pipelineView shows each step by its current task and counts its tries.
 func (db *database) pipelineView(p *pipelineRecord) store.Pipeline {
 	out := store.Pipeline{ID: p.id, Name: p.name, Key: p.key, Bucket: p.bucket, CreatedAt: p.createdAt}
 	for _, sr := range p.steps {
@@ -242,10 +257,10 @@ func (s *Store) RetryPipeline(ctx context.Context, id int64, from string) (store
 		return store.Pipeline{}, err
 	}
 	defer db.mu.Unlock()
-	if id < 1 || id > int64(len(db.pipelines)) || db.pipelines[id-1] == nil {
+	p := db.pipeline(id)
+	if p == nil {
 		return store.Pipeline{}, pipelineNotFound(id)
 	}
-	p := db.pipelines[id-1]
 	names, err := store.RetryPlan(db.pipelineView(p), from)
 	if err != nil {
 		return store.Pipeline{}, err

@@ -83,8 +83,9 @@ func (db *database) prunableAlone(rec *taskRecord, r store.Retention, now time.T
 	return r.Prunable(&rec.Task, unacked, now)
 }
 
-// removeTask deletes a finished task and what names it, and its pipeline
-// when it was the pipeline's last task. It returns the commands removed.
+// removeTask deletes a finished task and what names it. Its pipeline is
+// gone to reads from then on (removing), and its record goes with its last
+// task. It returns the commands removed.
 func (db *database) removeTask(rec *taskRecord) int {
 	db.tasks[rec.ID-1] = nil
 	if rec.Schedule != "" {
@@ -101,6 +102,7 @@ func (db *database) removeTask(rec *taskRecord) int {
 	delete(db.dependents, rec.ID)
 	db.console.forget(rec.ID)
 	if rec.Pipeline != 0 {
+		db.pipelines[rec.Pipeline-1].removing = true
 		left := false
 		for _, st := range db.pipelines[rec.Pipeline-1].steps {
 			for _, id := range st.tasks {

@@ -1380,3 +1380,40 @@ func TestWhereNamesEveryHostOfAMultiHostDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestAPruneReadsPipelineRowsByID: a batch locks the rows of its
+// candidates' pipelines and checks which are gone by their ids: with many
+// pipelines in the table, neither is a scan or a hash of the pipelines
+// table.
+func TestAPruneReadsPipelineRowsByID(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t)
+	for _, sql := range []string{
+		`INSERT INTO flotilla_pipelines (id, name, key, bucket, created_at)
+		 SELECT g, 'p', 'p-' || g, g % 64, now() FROM generate_series(1, 20000) g`,
+		`INSERT INTO flotilla_tasks (kind, key, bucket, status, run_at, max_attempts, created_at, updated_at, finished_at,
+		                            pipeline_id, step, deps_left)
+		 SELECT 'noop', 'p-' || g, g % 64, 'succeeded', now(), 3, now(), now(), now() - interval '30 days', g, 's', 0
+		 FROM generate_series(1, 20000) g`,
+		`INSERT INTO flotilla_pipeline_steps (pipeline_id, task_id) SELECT pipeline_id, id FROM flotilla_tasks`,
+		`ANALYZE`,
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	day := (24 * time.Hour).Milliseconds()
+	plan := explainIn(ctx, t, s, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, pruneSettingSQL)
+		return err
+	}, pruneSQL, 7, "a", int64(1), []string{""}, []string{"succeeded"}, []int64{day},
+		[]string{"succeeded"}, []int64{day}, 1000)
+	text := strings.Join(plan, "\n")
+	for _, bad := range []string{"Seq Scan on flotilla_pipelines ", "Hash Join", "Hash Anti Join", "Hash Semi Join"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the prune's plan has a %s:\n%s", strings.TrimSpace(bad), text)
+		}
+	}
+}

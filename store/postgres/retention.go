@@ -60,26 +60,53 @@ func prunableTasksSQL(lock string) string {
 }
 
 // pruneSQL removes up to $9 prunable tasks of bucket $1, oldest first, with
-// their events, commands, dependency rows, retry links and pipeline listings, and each
-// pipeline whose last task goes. It removes nothing unless $2 holds the
-// bucket under epoch $3, unexpired: the lease test is a one-time filter
-// over the whole scan.
+// their events, commands, dependency rows, retry links and pipeline
+// listings, and the row of each pipeline a task of which goes. It removes
+// nothing unless $2 holds the bucket under epoch $3, unexpired: the lease
+// test is a one-time filter over the whole scan.
 //
-// It locks only finished rows, and skips those another transaction holds
-// (an operator's, or a concurrent prune's during a hand-over), so it never
-// waits for nor holds up a claim, which locks claimable rows only. The
-// deletions' snapshot is the statement's: a pipeline is removed when no
-// task of it is left outside this batch.
+// A pipeline's row goes with the first batch that removes a task of it,
+// not its last: every read of a pipeline (GetPipeline, a retry, an append,
+// the list) starts from its row, so a pipeline larger than a batch is
+// whole or gone to them, never partial, and a retry is never planned
+// against a step whose task is gone (it would wait for it forever). Its
+// remaining tasks, every one of them prunable, go in the next batches, as
+// tasks of no pipeline; removing a pipeline in one batch would make a
+// batch as large as a pipeline (100,000 steps and their retries).
+//
+// It locks only finished rows and their pipelines' rows, and skips those
+// another transaction holds (an operator's, a concurrent prune's during a
+// hand-over, a retry's holding its pipeline, whose tasks then wait for a
+// later batch), so it never waits for nor holds up a claim, which locks
+// claimable rows only, nor a retry.
 var pruneSQL = `
 WITH lease AS (
     SELECT 1 FROM flotilla_bucket_leases l
     WHERE l.bucket = $1::int AND l.owner = $2::text AND l.epoch = $3::bigint
       AND l.expires_at > statement_timestamp()
-), ` + retentionRulesSQL + `, victims AS (
+), ` + retentionRulesSQL + `, candidates AS (
     ` + prunableTasksSQL("FOR UPDATE OF t SKIP LOCKED") + `
     WHERE EXISTS (SELECT 1 FROM lease)
     ORDER BY v.finished_at
     LIMIT $9
+), heads AS (
+    -- The rows of the candidates' pipelines, locked for their removal;
+    -- one another transaction holds (a retry or an append planning
+    -- against the pipeline) is skipped with its pipeline's tasks, which a
+    -- later batch takes.
+    SELECT pl.id FROM flotilla_pipelines pl
+    WHERE pl.id = ANY(ARRAY(SELECT DISTINCT pipeline_id FROM candidates WHERE pipeline_id IS NOT NULL))
+    FOR UPDATE SKIP LOCKED
+), victims AS (
+    -- A candidate of no pipeline, of a pipeline whose row heads locked,
+    -- or of one whose row an earlier batch removed. Arrays again, each
+    -- computed once, so that no join hashes the pipelines table.
+    SELECT c.* FROM candidates c
+    WHERE c.pipeline_id IS NULL
+       OR c.pipeline_id = ANY(ARRAY(SELECT id FROM heads))
+       OR c.pipeline_id <> ALL(ARRAY(
+            SELECT pl.id FROM flotilla_pipelines pl
+            WHERE pl.id = ANY(ARRAY(SELECT DISTINCT pipeline_id FROM candidates WHERE pipeline_id IS NOT NULL))))
 ), ids AS (
     -- The victims as an array: each delete below is then an index lookup
     -- per id, where a join to the CTE would be planned as a hash join over
@@ -102,10 +129,7 @@ WITH lease AS (
 ), gone_tasks AS (
     DELETE FROM flotilla_tasks t WHERE t.id = ANY((SELECT ids FROM ids)::bigint[]) RETURNING t.status, t.finished_at
 ), gone_pipelines AS (
-    DELETE FROM flotilla_pipelines pl
-    WHERE pl.id = ANY((SELECT pipelines FROM ids)::bigint[])
-      AND NOT EXISTS (SELECT 1 FROM flotilla_pipeline_steps ps
-                      WHERE ps.pipeline_id = pl.id AND ps.task_id <> ALL((SELECT ids FROM ids)::bigint[]))
+    DELETE FROM flotilla_pipelines pl WHERE pl.id = ANY((SELECT pipelines FROM ids)::bigint[])
 )
 SELECT EXISTS (SELECT 1 FROM lease), g.status, coalesce(g.n, 0), g.oldest,
        (SELECT count(*) FROM gone_events), (SELECT count(*) FROM gone_commands)

@@ -236,9 +236,11 @@ func attemptIsCurrentSQL(t, wantSeq, owner, leaseCond string) string {
 //
 // Each pending dependent loses one dependency left per dependency ended
 // here (direct); one whose policy does not accept how a dependency ended is
-// skipped, with every pending descendant (doomed, which walks the
-// dependency table down from it). The decrement is made on the locked row,
-// so that a dependency ended by a concurrent transaction is counted once:
+// skipped, with every descendant it reaches through steps still waiting
+// (doomed, which walks the dependency table down from it and stops at a
+// step that is not waiting: cancelled, queued, running or ended). The
+// decrement is made on the locked row, so that a dependency ended by a
+// concurrent transaction is counted once:
 // the UPDATE waits for that transaction and applies to what it left. Tasks
 // outside pipelines have no pipeline_id, so fin is empty for them and none
 // of this reads a row.
@@ -283,11 +285,19 @@ func resolveSQL(fin string) string {
     WHERE (SELECT count(*) FROM fin) > 1
     GROUP BY d.task_id
 ), doomed(id, why, ev_node, epoch) AS (
-    SELECT id, why, ev_node, epoch FROM direct WHERE why IS NOT NULL
+    -- The walk passes only through steps still waiting, which the skip
+    -- reaches: one that ended (cancelled) or was released (queued,
+    -- running) is not skipped, and its dependents owe it nothing. Each
+    -- step's state is a scalar subquery, an index lookup per step
+    -- walked, never a join the planner could hash.
+    SELECT dr.id, dr.why, dr.ev_node, dr.epoch FROM direct dr
+    WHERE dr.why IS NOT NULL
+      AND coalesce((SELECT ` + waitsForDependenciesSQL("w") + ` FROM flotilla_tasks w WHERE w.id = dr.id), false)
     UNION
     SELECT d.task_id, 'dependency ' || d.dep_step || ' was skipped', x.ev_node, x.epoch
     FROM doomed x
     JOIN flotilla_task_deps d ON d.dep_id = x.id
+    WHERE coalesce((SELECT ` + waitsForDependenciesSQL("w") + ` FROM flotilla_tasks w WHERE w.id = d.task_id), false)
 ), plan AS (
     -- Nothing skipped, the common case: the plan is direct, without the
     -- join below (a one-time filter each), which hashed every dependent.

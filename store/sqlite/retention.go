@@ -155,9 +155,15 @@ func (s *Store) PruneFinished(ctx context.Context, req store.PruneRequest) (stor
 		if _, err = count("tasks", `DELETE FROM flotilla_tasks WHERE id IN (SELECT value FROM json_each(?))`, string(idsJSON)); err != nil {
 			return err
 		}
+		// A pipeline's row goes with the first batch that removes a task
+		// of it, not its last: reads find a pipeline by its row, so a
+		// pipeline larger than a batch is whole or gone to them, never
+		// partial (a retry planned against a removed step would wait for
+		// it forever). Its remaining tasks, every one prunable, go in the
+		// next batches; one batch per pipeline would be unbounded.
 		if len(pipelines) > 0 {
-			_, err = count("pipelines", `DELETE FROM flotilla_pipelines WHERE id IN (SELECT value FROM json_each(?))
-  AND NOT EXISTS (SELECT 1 FROM flotilla_tasks t WHERE t.pipeline_id = flotilla_pipelines.id)`, string(pipelinesJSON))
+			_, err = count("pipelines", `DELETE FROM flotilla_pipelines WHERE id IN (SELECT value FROM json_each(?))`,
+				string(pipelinesJSON))
 		}
 		return err
 	})

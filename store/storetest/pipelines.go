@@ -439,6 +439,190 @@ func testPipelines(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ASkipStopsAtAStepThatIsNotWaiting", func(t *testing.T) {
+		// c, cancelled while pending, was accepted by d (on any), which
+		// then waits for b alone. a's failure would skip c, had c still
+		// waited: it does not, so the skip stops there, and neither d
+		// (pending on b, or queued once b succeeded) nor e behind it is
+		// skipped.
+		for _, bFirst := range []bool{false, true} {
+			b := setup(t, h)
+			anyEnd := step("d", "b")
+			anyEnd.DependsOn = append(anyEnd.DependsOn, task.Dependency{Step: "c", On: task.OnAny})
+			p := b.pipeline("walk", step("a"), step("b"), step("c", "a"), anyEnd, step("e", "d"))
+			c := stepTask(t, p, "c")
+			if _, err := b.s.Transition(b.ctx, store.Transition{ID: c.ID, Version: c.StatusVersion, To: task.Cancelled, Node: "op"}); err != nil {
+				t.Fatal(err)
+			}
+			held := b.hold("x", p.Bucket)
+			claimed := map[string]*task.Task{}
+			for _, tk := range b.claim("x", held, 10) {
+				claimed[tk.Step] = tk
+			}
+			if len(claimed) != 2 || claimed["a"] == nil || claimed["b"] == nil {
+				t.Fatalf("claimed %v, want a and b", claimed)
+			}
+			if bFirst {
+				b.advance("x", store.ActiveTransition{Ref: claimed["b"].Ref(), To: task.Succeeded})
+				b.advance("x", store.ActiveTransition{Ref: claimed["a"].Ref(), To: task.Failed})
+				if got := b.statuses(p); got != "a=failed b=succeeded c=cancelled d=queued e=pending" {
+					t.Fatalf("after b succeeded and a failed, d queued: %s", got)
+				}
+			} else {
+				b.advance("x", store.ActiveTransition{Ref: claimed["a"].Ref(), To: task.Failed})
+				if got := b.statuses(p); got != "a=failed b=running c=cancelled d=pending e=pending" {
+					t.Fatalf("after a failed, with d waiting for b: %s", got)
+				}
+				b.advance("x", store.ActiveTransition{Ref: claimed["b"].Ref(), To: task.Succeeded})
+				if got := b.statuses(p); got != "a=failed b=succeeded c=cancelled d=queued e=pending" {
+					t.Fatalf("after b succeeded: %s", got)
+				}
+			}
+			claimed = map[string]*task.Task{}
+			for _, tk := range b.claim("x", held, 10) {
+				claimed[tk.Step] = tk
+			}
+			b.advance("x", store.ActiveTransition{Ref: claimed["d"].Ref(), To: task.Succeeded})
+			if got := b.statuses(p); got != "a=failed b=succeeded c=cancelled d=succeeded e=queued" {
+				t.Fatalf("after d succeeded: %s", got)
+			}
+			for _, s := range b.getPipeline(p.ID).Steps {
+				checkTrail(b, s.Task.ID)
+			}
+		}
+	})
+
+	t.Run("ARetriedStepIsBornAsItsPolicySays", func(t *testing.T) {
+		// A retry creates steps whose dependency outside the retry has
+		// ended already: each is born skipped when its policy refuses
+		// that end, and what lies behind it with it, exactly as it is
+		// skipped when the end comes later; otherwise it waits.
+		for _, on := range []string{task.OnSuccess, task.OnFailure, task.OnAny} {
+			for _, end := range []task.Status{task.Failed, task.Cancelled, task.Skipped} {
+				t.Run(on+"/"+string(end), func(t *testing.T) {
+					b := setup(t, h)
+					child := step("child", "r")
+					child.DependsOn = append(child.DependsOn, task.Dependency{Step: "dep", On: on})
+					p := b.pipeline("retry-birth", step("g"), step("dep", "g"), step("r"), child, step("gc", "child"))
+					ends := map[string]task.Status{"r": task.Failed}
+					switch end {
+					case task.Skipped:
+						ends["g"] = task.Failed
+					case task.Cancelled:
+						dep := stepTask(t, p, "dep")
+						if _, err := b.s.Transition(b.ctx, store.Transition{ID: dep.ID, Version: dep.StatusVersion, To: task.Cancelled}); err != nil {
+							t.Fatal(err)
+						}
+					default:
+						ends["dep"] = end
+					}
+					b.drive(p, ends)
+					if got := stepTask(t, b.getPipeline(p.ID), "dep").Status; got != end {
+						t.Fatalf("dep is %s, want %s", got, end)
+					}
+					after, err := b.s.RetryPipeline(b.ctx, p.ID, "r")
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := "child=pending gc=pending"
+					if !task.Accepts(on, end) {
+						want = "child=skipped gc=skipped"
+					}
+					if got := stepStatuses(after, "child", "gc"); got != want {
+						t.Fatalf("born %s, want %s", got, want)
+					}
+					checkBirthReasons(b, after, on, end)
+					b.drive(after, nil)
+					if task.Accepts(on, end) {
+						want = "child=succeeded gc=succeeded"
+					}
+					if got := stepStatuses(b.getPipeline(p.ID), "child", "gc"); got != want {
+						t.Fatalf("once run: %s, want %s", got, want)
+					}
+				})
+			}
+		}
+		// A retry from the step itself, whose dependency ended in a way
+		// its policy accepts: it is born queued.
+		for _, tc := range []struct {
+			on  string
+			end task.Status
+		}{{task.OnFailure, task.Failed}, {task.OnAny, task.Failed}, {task.OnAny, task.Cancelled}, {task.OnFailure, task.Cancelled}} {
+			t.Run("queued/"+tc.on+"/"+string(tc.end), func(t *testing.T) {
+				b := setup(t, h)
+				child := step("child")
+				child.DependsOn = []task.Dependency{{Step: "dep", On: tc.on}}
+				p := b.pipeline("retry-queued", step("dep"), child, step("gc", "child"))
+				ends := map[string]task.Status{"child": task.Failed}
+				if tc.end == task.Cancelled {
+					dep := stepTask(t, p, "dep")
+					if _, err := b.s.Transition(b.ctx, store.Transition{ID: dep.ID, Version: dep.StatusVersion, To: task.Cancelled}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					ends["dep"] = tc.end
+				}
+				b.drive(p, ends)
+				if got := b.statuses(p); got != "dep="+string(tc.end)+" child=failed gc=skipped" {
+					t.Fatalf("before the retry: %s", got)
+				}
+				after, err := b.s.RetryPipeline(b.ctx, p.ID, "child")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := stepStatuses(after, "child", "gc"); got != "child=queued gc=pending" {
+					t.Fatalf("born %s, want child queued and gc pending", got)
+				}
+			})
+		}
+	})
+
+	t.Run("AnAppendedStepIsBornAsItsPolicySays", func(t *testing.T) {
+		// Steps appended with their appender's end are born as the
+		// policy they name it with says of that end: queued, or skipped
+		// with what lies behind them.
+		for _, on := range []string{task.OnSuccess, task.OnFailure, task.OnAny} {
+			for _, end := range []task.Status{task.Succeeded, task.Failed, task.Stopped} {
+				t.Run(on+"/"+string(end), func(t *testing.T) {
+					b := setup(t, h)
+					p := b.pipeline("append-birth", step("dep"))
+					held := b.hold("driver", p.Bucket)
+					claimed := b.claim("driver", held, 10)
+					if len(claimed) != 1 {
+						t.Fatalf("claimed %d, want dep", len(claimed))
+					}
+					child := step("child")
+					child.DependsOn = []task.Dependency{{Step: "dep", On: on}}
+					// Every appended step depends on its appender: gc on
+					// any end of it, so that only child decides for gc.
+					gc := step("gc", "child")
+					gc.DependsOn = append(gc.DependsOn, task.Dependency{Step: "dep", On: task.OnAny})
+					out := b.advance("driver", store.ActiveTransition{Ref: claimed[0].Ref(), To: end,
+						Append: []task.Step{child, gc}})
+					if out.Err != nil || out.Status != end {
+						t.Fatalf("ending dep %s with an append: %+v", end, out)
+					}
+					after := b.getPipeline(p.ID)
+					want := "child=queued gc=pending"
+					if !task.Accepts(on, end) {
+						want = "child=skipped gc=skipped"
+					}
+					if got := stepStatuses(after, "child", "gc"); got != want {
+						t.Fatalf("born %s, want %s", got, want)
+					}
+					checkBirthReasons(b, after, on, end)
+					b.drive(after, nil)
+					if task.Accepts(on, end) {
+						want = "child=succeeded gc=succeeded"
+					}
+					if got := stepStatuses(b.getPipeline(p.ID), "child", "gc"); got != want {
+						t.Fatalf("once run: %s, want %s", got, want)
+					}
+				})
+			}
+		}
+	})
+
 	t.Run("InvalidPipelinesWriteNothing", func(t *testing.T) {
 		b := setup(t, h)
 		for name, steps := range map[string][]task.Step{
@@ -595,4 +779,35 @@ func stringsOf(m map[string]json.RawMessage) map[string]string {
 func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// stepStatuses is "name=status ..." of the named steps of p.
+func stepStatuses(p store.Pipeline, steps ...string) string {
+	var out []string
+	for _, name := range steps {
+		st := "missing"
+		if s, ok := p.Step(name); ok {
+			st = string(s.Task.Status)
+		}
+		out = append(out, name+"="+string(st))
+	}
+	return strings.Join(out, " ")
+}
+
+// checkBirthReasons checks the trails of the steps child and gc of p, born
+// after child's dependency dep ended in end: a skip says why as a skip
+// made when the end came later does.
+func checkBirthReasons(b *testBundle, p store.Pipeline, on string, end task.Status) {
+	b.t.Helper()
+	for name, reason := range map[string]string{
+		"child": store.DependencyEndReason("dep", end, on),
+		"gc":    store.SkippedDependencyReason("child"),
+	} {
+		s, _ := p.Step(name)
+		evs := checkTrail(b, s.Task.ID)
+		last := evs[len(evs)-1]
+		if s.Task.Status == task.Skipped && (last.To != task.Skipped || last.Reason != reason) {
+			b.t.Errorf("%s was born skipped with %+v, want reason %q", name, last, reason)
+		}
+	}
 }
