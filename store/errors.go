@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // Sentinel errors. Every store translates its driver's errors into these at
@@ -59,6 +61,29 @@ func (e *PartialPipelineError) Error() string {
 
 func (e *PartialPipelineError) Is(target error) bool {
 	return target == ErrPartialPipeline || target == ErrNotFound
+}
+
+// ErrSkippedStep is matched by a *SkippedStepError.
+var ErrSkippedStep = errors.New("the step was skipped because a dependency ended as its policy refuses")
+
+// SkippedStepError refuses a retry from a step that was skipped because a
+// dependency ended in a way its policy does not accept: run again, it would
+// be skipped at once. Dependency is the step to retry from instead: the
+// nearest ancestor that ended that way and was not itself skipped.
+type SkippedStepError struct {
+	Pipeline   int64
+	Step       string
+	Dependency string
+	Status     task.Status // how Dependency ended
+}
+
+func (e *SkippedStepError) Error() string {
+	return fmt.Sprintf("pipeline %d: step %q was skipped because step %q ended %s; retried alone it would be skipped again: "+
+		"retry from step %q", e.Pipeline, e.Step, e.Dependency, e.Status, e.Dependency)
+}
+
+func (e *SkippedStepError) Is(target error) bool {
+	return target == ErrSkippedStep || target == ErrConflict
 }
 
 // BucketCountError says that the fleet's bucket count is fixed and differs

@@ -305,6 +305,9 @@ func RetryPlan(p Pipeline, from string) ([]string, error) {
 		return nil, fmt.Errorf("pipeline %d: step %q is %s; a retry starts from a step that ended without success: %w",
 			p.ID, from, st, ErrConflict)
 	}
+	if err := refusedAncestor(p, start); err != nil {
+		return nil, err
+	}
 	dependents := map[string][]string{}
 	for _, s := range p.Steps {
 		for _, d := range s.DependsOn {
@@ -335,6 +338,35 @@ func RetryPlan(p Pipeline, from string) ([]string, error) {
 		out = append(out, s.Name)
 	}
 	return out, nil
+}
+
+// refusedAncestor refuses a retry from a step that its dependencies would
+// skip again at once: one of them ended in a way its policy refuses. It
+// names the nearest such ancestor that was not itself skipped, the step to
+// retry from instead.
+func refusedAncestor(p Pipeline, start PipelineStep) error {
+	seen := map[string]bool{}
+	var walk func(s PipelineStep) (PipelineStep, bool)
+	walk = func(s PipelineStep) (PipelineStep, bool) {
+		for _, d := range s.DependsOn {
+			dep, ok := p.Step(d.Step)
+			if !ok || seen[d.Step] || !dep.Task.Status.Terminal() || task.Accepts(d.On, dep.Task.Status) {
+				continue
+			}
+			seen[d.Step] = true
+			if dep.Task.Status == task.Skipped {
+				if root, found := walk(dep); found {
+					return root, true
+				}
+			}
+			return dep, true
+		}
+		return PipelineStep{}, false
+	}
+	if dep, found := walk(start); found {
+		return &SkippedStepError{Pipeline: p.ID, Step: start.Name, Dependency: dep.Name, Status: dep.Task.Status}
+	}
+	return nil
 }
 
 // RetrySteps turns the steps a RetryPlan names back into steps to create,

@@ -54,7 +54,7 @@ var exitTable = []exitRow{
 		bucket.ErrInvalidSet, bucket.ErrInvalidCount,
 		schedule.ErrInvalidDefinition, schedule.ErrInvalidSpec, schedule.ErrInvalidPolicy}},
 	{exitRefused, []error{errRefused, flotilla.ErrRefused, store.ErrDuplicate, store.ErrSchema,
-		store.ErrNodeAlive, commands.ErrWrongState, benchmark.ErrFleetBusy}},
+		store.ErrNodeAlive, store.ErrSkippedStep, commands.ErrWrongState, benchmark.ErrFleetBusy}},
 }
 
 // exitStatuses says what each status means, in the order of the help text.

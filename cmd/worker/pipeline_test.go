@@ -134,6 +134,12 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 	if strings.Join(got, " ") != "a=cancelled b=skipped c=skipped" {
 		t.Errorf("after the stop: %s", got)
 	}
+	// c was skipped because a was cancelled: a retry from c would be
+	// skipped at once. Refused, naming the step to retry from.
+	_, stderr, code = runWorker(t, "pipeline", "retry", id, "--from", "c", "--dsn", dsn)
+	if code != exitRefused || !strings.Contains(stderr, `retry from step "a"`) {
+		t.Errorf("retry --from a skipped step: exit %d, %q; want exit %d naming step a", code, stderr, exitRefused)
+	}
 }
 
 // TestPipelineGetDrawsATreeAndRetryRunsAStepAgain: `pipeline get` draws

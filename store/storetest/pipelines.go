@@ -341,6 +341,16 @@ func testPipelines(t *testing.T, h Harness) {
 		if _, err := b.s.RetryPipeline(b.ctx, p.ID, "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("retry from a missing step: %v, want store.ErrNotFound", err)
 		}
+		// From e, skipped because c was, which was skipped because b
+		// failed: run alone it would be skipped again. Refused, naming b.
+		var skipped *store.SkippedStepError
+		if _, err := b.s.RetryPipeline(b.ctx, p.ID, "e"); !errors.As(err, &skipped) || skipped.Dependency != "b" ||
+			skipped.Status != task.Failed {
+			t.Errorf("retry from a step its failed ancestor skipped: %v, want a *store.SkippedStepError naming b", err)
+		}
+		if got := b.statuses(b.getPipeline(p.ID)); got != "a=succeeded b=failed c=skipped d=succeeded e=skipped" {
+			t.Errorf("a refused retry changed the pipeline: %s", got)
+		}
 		after, err := b.s.RetryPipeline(b.ctx, p.ID, "b")
 		if err != nil {
 			t.Fatal(err)
