@@ -85,7 +85,9 @@ func main() {
 		med(func(r result) float64 { return float64(r.idleConns) }), med(func(r result) float64 { return float64(r.idleRSSKB) }))
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms" }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+}
 
 func run(ctx context.Context, admin string, backlog int) (result, error) {
 	var b [6]byte
