@@ -340,6 +340,11 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 func (n *Node) start(ctx context.Context) error {
+	// Warm while the start's own statements run, and before the first
+	// claim: the connections open and the hot statements ready, the node's
+	// first tasks start as fast as its thousandth.
+	warmed := n.warm(ctx)
+	defer func() { <-warmed }()
 	meta, err := n.store.Meta(ctx)
 	if err != nil {
 		return fmt.Errorf("node %s: reading the fleet's metadata: %w", n.id, err)
@@ -405,6 +410,7 @@ func (n *Node) start(ctx context.Context) error {
 	// as if there were none.
 	n.limits.refresh(ctx, keeper.Held(), kinds)
 
+	<-warmed
 	n.runCtx, n.stopRun = context.WithCancelCause(context.WithoutCancel(ctx))
 	n.mu.Lock()
 	n.state = stateRunning
@@ -564,6 +570,25 @@ func (n *Node) stopRegistration(ctx context.Context) {
 	if err := n.store.StopNode(ctx, n.incarnation); err != nil {
 		n.log.Warn("marking the node stopped failed; its liveness will lapse", zap.Error(err))
 	}
+}
+
+// warm warms the store, if it is a store.Warmer, in a goroutine of its
+// own; the channel closes when it is done. A failure is a warning: the
+// node starts cold.
+func (n *Node) warm(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	w, ok := n.store.(store.Warmer)
+	if !ok {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		if err := w.Warm(ctx); err != nil {
+			n.log.Warn("warming the store failed; the first tasks may start slower", zap.Error(err))
+		}
+	}()
+	return done
 }
 
 // bucketsAcquired is the keeper's news of buckets taken: there may be work

@@ -316,6 +316,18 @@ type Store interface {
 	MinuteCounts(ctx context.Context, since time.Time) ([]MinuteCount, error)
 }
 
+// Warmer is implemented by stores whose first statements cost more than
+// the later ones (PostgreSQL: connections to open, statements to parse and
+// plan on each). A node calls Warm before its first claim, so that its
+// first tasks start as fast as the thousandth; a store without it is warm
+// already.
+type Warmer interface {
+	// Warm opens the connections the store will use at once and readies
+	// the hot statements on each. An error leaves the store usable, only
+	// cold.
+	Warm(ctx context.Context) error
+}
+
 // Notifier is implemented by stores that can push events (PostgreSQL's
 // LISTEN/NOTIFY). It is separate from Store so that a store without it still
 // works: nodes fall back to polling.

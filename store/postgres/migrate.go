@@ -111,7 +111,10 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 		return store.Meta{}, err
 	}
 
-	var meta store.Meta
+	var (
+		meta    store.Meta
+		applied bool
+	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// A migration may rewrite large tables: the store's statement
 		// timeout, meant for the hot path, does not apply to it.
@@ -138,6 +141,7 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 			if _, err := tx.Exec(ctx, recordMigrationSQL, m.version); err != nil {
 				return wrap(err, "record migration %s", m.name)
 			}
+			applied = true
 		}
 
 		var (
@@ -166,6 +170,13 @@ func (s *Store) Migrate(ctx context.Context, numBuckets int) (store.Meta, error)
 		return store.Meta{}, err
 	}
 	s.setNumBuckets(meta.NumBuckets)
+	if applied {
+		// The open connections prepared their hot statements against the
+		// schema as it was, or could not: their successors prepare them
+		// against this one.
+		s.pool.Reset()
+		s.leases.Reset()
+	}
 	return meta, nil
 }
 

@@ -50,6 +50,9 @@ type Store struct {
 	subs   map[*subscription]struct{}
 	closed bool
 
+	// warmConns is how many connections of the main pool Warm opens.
+	warmConns int
+
 	// numBuckets caches the fleet's bucket count once read, to refuse tasks
 	// for buckets the fleet does not have. It never changes once set.
 	numBuckets int
@@ -58,6 +61,7 @@ type Store struct {
 var (
 	_ store.Store    = (*Store)(nil)
 	_ store.Notifier = (*Store)(nil)
+	_ store.Warmer   = (*Store)(nil)
 )
 
 // Option configures New.
@@ -67,6 +71,7 @@ type options struct {
 	maxConns         int32
 	statementTimeout time.Duration
 	applicationName  string
+	warmConns        *int
 }
 
 // WithMaxConns sets the largest number of pooled connections (default
@@ -87,6 +92,14 @@ func WithStatementTimeout(d time.Duration) Option {
 // (default DefaultApplicationName, unless the DSN names one).
 func WithApplicationName(name string) Option {
 	return func(o *options) { o.applicationName = name }
+}
+
+// WithWarmConns sets how many connections Warm opens and readies before a
+// node's first claim (default DefaultWarmConns, never more than the pool's
+// largest size; 0 opens none and readies those already open). Each is an
+// idle backend of PostgreSQL for as long as the pool keeps it.
+func WithWarmConns(n int) Option {
+	return func(o *options) { o.warmConns = &n }
 }
 
 // New connects to the PostgreSQL database named by dsn (a URL or key=value
@@ -147,6 +160,10 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 
 	leaseCfg := cfg.Copy()
 	leaseCfg.MaxConns, leaseCfg.MinConns = LeaseConns, 0
+	// Each connection readies its pool's hot statements before its first
+	// use (see Warm).
+	cfg.AfterConnect = afterConnect(poolHot)
+	leaseCfg.AfterConnect = afterConnect(leasesHot)
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -163,7 +180,11 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
 	}
-	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}}, nil
+	warmConns := DefaultWarmConns
+	if o.warmConns != nil {
+		warmConns = max(0, *o.warmConns)
+	}
+	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}, warmConns: warmConns}, nil
 }
 
 // where names the servers and database of cfg for messages:
