@@ -50,7 +50,8 @@ type Store struct {
 	subs   map[*subscription]struct{}
 	closed bool
 
-	// warmConns is how many connections of the main pool Warm opens.
+	// warmConns is how many connections of the main pool Warm opens; -1
+	// when the warm-up is off (WithWarmConns not given).
 	warmConns int
 
 	// numBuckets caches the fleet's bucket count once read, to refuse tasks
@@ -94,10 +95,16 @@ func WithApplicationName(name string) Option {
 	return func(o *options) { o.applicationName = name }
 }
 
-// WithWarmConns sets how many connections Warm opens and readies before a
-// node's first claim (default DefaultWarmConns, never more than the pool's
-// largest size; 0 opens none and readies those already open). Each is an
-// idle backend of PostgreSQL for as long as the pool keeps it.
+// WithWarmConns turns the warm-up on: every connection the store opens
+// prepares the hot statements of its pool before its first use, and Warm
+// (which a node calls before its first claim) opens n connections of the
+// main pool (never more than the pool's largest size; 0 opens none in
+// advance) and one of the lease pool. DefaultWarmConns is a node's usual
+// need. Without this option the store opens connections as they are
+// needed and prepares each statement at its first use. The warm-up costs an
+// idle backend of PostgreSQL per warmed connection for as long as the pool
+// keeps it, and a few tens of milliseconds of the server's CPU per
+// connection opened; see docs/benchmarks.md, "Warm start".
 func WithWarmConns(n int) Option {
 	return func(o *options) { o.warmConns = &n }
 }
@@ -160,10 +167,15 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 
 	leaseCfg := cfg.Copy()
 	leaseCfg.MaxConns, leaseCfg.MinConns = LeaseConns, 0
-	// Each connection readies its pool's hot statements before its first
-	// use (see Warm).
-	cfg.AfterConnect = afterConnect(poolHot)
-	leaseCfg.AfterConnect = afterConnect(leasesHot)
+	// With the warm-up on, each connection readies its pool's hot
+	// statements before its first use (see Warm). It is off unless asked
+	// for: a command that writes one task should not prepare a node's
+	// statements, and a fleet's idle connections are the operator's to
+	// spend.
+	if o.warmConns != nil {
+		cfg.AfterConnect = afterConnect(poolHot)
+		leaseCfg.AfterConnect = afterConnect(leasesHot)
+	}
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -180,7 +192,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
 	}
-	warmConns := DefaultWarmConns
+	warmConns := -1 // off
 	if o.warmConns != nil {
 		warmConns = max(0, *o.warmConns)
 	}

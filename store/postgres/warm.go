@@ -141,6 +141,9 @@ func plan(ctx context.Context, pc *pgconn.PgConn, g plannedGroup, named map[stri
 // first claims. It readies too the connections opened before the schema
 // was there to prepare against.
 func (s *Store) Warm(ctx context.Context) error {
+	if s.warmConns < 0 {
+		return nil // the warm-up is off: WithWarmConns was not given
+	}
 	n := min(s.warmConns, int(s.pool.Config().MaxConns))
 	var wg sync.WaitGroup
 	var poolErr, leasesErr error

@@ -89,7 +89,7 @@ func TestWarmOpensConnectionsWithTheHotStatementsPrepared(t *testing.T) {
 		checkReady(t, "lease pool", preparedOn(ctx, t, s.leases), leasesHot)
 	})
 	t.Run("never more than the pool holds", func(t *testing.T) {
-		s := migratedStore(ctx, t, WithMaxConns(3))
+		s := migratedStore(ctx, t, WithMaxConns(3), WithWarmConns(DefaultWarmConns))
 		if err := s.Warm(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +112,36 @@ func TestWarmOpensConnectionsWithTheHotStatementsPrepared(t *testing.T) {
 	})
 }
 
+// TestWithoutTheWarmUpNothingIsPreparedAhead: the warm-up is asked for
+// (WithWarmConns); a store without it, as a command that submits one task
+// opens, prepares nothing it does not run and opens no connection ahead.
+func TestWithoutTheWarmUpNothingIsPreparedAhead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := migratedStore(ctx, t, WithMaxConns(2))
+	if err := s.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.leases.Stat().TotalConns(); got != 0 {
+		t.Errorf("%d lease connections after Warm with the warm-up off, want none", got)
+	}
+	if _, err := s.Meta(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conns := preparedOn(ctx, t, s.pool)
+	if len(conns) == 0 {
+		t.Fatal("no idle connection to look at after a read")
+	}
+	for _, prepared := range conns {
+		for _, hot := range poolHot.statements() {
+			if _, ok := prepared[hot]; ok {
+				t.Fatalf("a hot statement was prepared ahead with the warm-up off: %.80q", hot)
+			}
+		}
+	}
+}
+
 // TestTheHotStatementsRunAsPrepared: once warm, a claim, a renewal, an
 // outcome write, a command read and a lease renewal prepare nothing new.
 func TestTheHotStatementsRunAsPrepared(t *testing.T) {
@@ -119,7 +149,7 @@ func TestTheHotStatementsRunAsPrepared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// One connection: every statement below runs on the one inspected.
-	s := migratedStore(ctx, t, WithMaxConns(1))
+	s := migratedStore(ctx, t, WithMaxConns(1), WithWarmConns(1))
 	if err := s.Warm(ctx); err != nil {
 		t.Fatal(err)
 	}
