@@ -83,7 +83,7 @@ test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no
 # The failover tests (build tag failover) start pg_auto_failover clusters
 # of their own (internal/testdb.StartHACluster): they need pg_autoctl
 # (Debian: postgresql-15-auto-failover), and make test leaves them out.
-FAILOVER_PKGS := ./internal/testdb/
+FAILOVER_PKGS := ./internal/testdb/ ./test/integration/
 FAILOVER_TIMEOUT := 15m
 
 test-failover: ## Run the database failover tests (pg_auto_failover; not part of make test)

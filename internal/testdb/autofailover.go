@@ -200,6 +200,20 @@ func (c *HACluster) Failover() HANode {
 	return HANode{}
 }
 
+// SetAsynchronous takes every node out of the replication quorum
+// (`pg_autoctl set node replication-quorum false`): the primary then
+// commits without waiting for its standby, and a failover may lose the
+// last commits the primary acknowledged.
+func (c *HACluster) SetAsynchronous() {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if out, err := c.autoctlOutput("set", "node", "replication-quorum", "false", "--pgdata", n.Data); err != nil {
+			c.t.Fatalf("testdb: pg_autoctl set node replication-quorum false on %s: %v\n%s", n.Name, err, out)
+		}
+	}
+	c.WaitForPrimaryAndSecondary()
+}
+
 // KillPrimary ends the primary's postmaster with SIGKILL, as a crash of its
 // server would, and returns the node it was. Its pg_autoctl keeper lives
 // on and restarts it; the monitor decides whether to promote the standby.

@@ -154,6 +154,9 @@ type elasticFleet struct {
 	bin string        // the test worker
 	dir string        // the ledger files
 	ttl time.Duration // the bucket lease TTL
+	// extra are more flags for every process, after the scenario's (the
+	// last of a flag given twice wins).
+	extra []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -207,10 +210,11 @@ func (e *elasticFleet) start(id string) {
 	e.lives[id]++
 	ledger := filepath.Join(e.dir, fmt.Sprintf("%s-%d.jsonl", id, e.lives[id]))
 	e.mu.Unlock()
-	p := startBinary(e.t, e.bin, e.dsn, "--node-id", id, "--buckets", "all", "--ledger-file", ledger,
+	args := []string{"--node-id", id, "--buckets", "all", "--ledger-file", ledger,
 		"--bucket-lease-ttl", e.ttl.String(), "--task-lease-ttl", (2 * e.ttl).String(), "--concurrency", "32",
 		"--shutdown-timeout", "10s", "--handoff-timeout", "5s", "--max-conns", "4",
-		"--schedule-misfire", (elasticMisfire * e.ttl).String())
+		"--schedule-misfire", (elasticMisfire * e.ttl).String()}
+	p := startBinary(e.t, e.bin, e.dsn, append(args, e.extra...)...)
 	e.mu.Lock()
 	e.procs[id] = p
 	e.mu.Unlock()
