@@ -40,7 +40,7 @@ TEST_FLAGS := -race -count=1 -timeout $(TEST_TIMEOUT) -p 4 -parallel 8
 SUITECHECK := $(GO) run ./internal/testenv/suitecheck
 SOAK_TIMEOUT := 60m
 
-.PHONY: help build test test-short test-failover test-integration soak lint bench bench-compare bench-sqlite charts tidy clean
+.PHONY: help build test test-short test-failover test-failover-fleet test-integration soak lint bench bench-compare bench-sqlite charts tidy clean
 
 help: ## List the targets
 	@echo 'Usage: make <target>'
@@ -83,11 +83,19 @@ test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no
 # The failover tests (build tag failover) start pg_auto_failover clusters
 # of their own (internal/testdb.StartHACluster): they need pg_autoctl
 # (Debian: postgresql-15-auto-failover), and make test leaves them out.
-FAILOVER_PKGS := ./internal/testdb/ ./test/integration/
+FAILOVER_PKGS := ./internal/testdb/
 FAILOVER_TIMEOUT := 15m
 
 test-failover: ## Run the database failover tests (pg_auto_failover; not part of make test)
 	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'HACluster|Failover' $(FAILOVER_PKGS)
+
+# The fleet's failover scenario (test/integration, TestAFleetRidesOutItsDatabasesFailovers):
+# three workers through two switchovers and the loss of the primary's
+# machine. Not yet in test-failover: it finds a known fault (a claim cut
+# after its commit leaves its tasks running unserved; docs/reliability.md),
+# and waits for those tasks until its timeout.
+test-failover-fleet: ## Run the fleet's database failover scenario (pg_auto_failover; known to find an open fault)
+	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'TestAFleetRidesOutItsDatabasesFailovers' -v ./test/integration/
 
 test-integration: ## Run the integration tests (store, test/integration)
 ifeq ($(strip $(INTEGRATION_PKGS)),)
