@@ -164,6 +164,7 @@ type elasticFleet struct {
 
 	mu        sync.Mutex
 	procs     map[string]*proc
+	every     []*proc // every process started, for their logs
 	lives     map[string]int
 	killed    map[int]time.Time // pid -> when it was gone
 	leaving   map[string]window // node id -> from its SIGTERM to its exit
@@ -217,6 +218,7 @@ func (e *elasticFleet) start(id string) {
 	p := startBinary(e.t, e.bin, e.dsn, append(args, e.extra...)...)
 	e.mu.Lock()
 	e.procs[id] = p
+	e.every = append(e.every, p)
 	e.mu.Unlock()
 }
 
@@ -545,6 +547,8 @@ func (e *elasticFleet) check() {
 	}
 
 	execs := e.executions()
+	lapses := e.leaseLapses()
+	lapsed := 0
 	byTask := map[int64][]probeRun{}
 	for _, x := range execs {
 		byTask[x.task] = append(byTask[x.task], x)
@@ -561,9 +565,15 @@ func (e *elasticFleet) check() {
 					cur.claimSeq, cur.node, cur.start.Format(time.StampMicro), prev.claimSeq, prev.node,
 					prev.end.Format(time.StampMicro))
 			}
-			if _, killed := e.killed[prev.pid]; prev.outcome == "done" && !killed {
-				t.Errorf("task %d ran again (claim %d on %s) after a run that finished (claim %d on %s)", id,
-					cur.claimSeq, cur.node, prev.claimSeq, prev.node)
+			_, killed := e.killed[prev.pid]
+			switch {
+			case prev.outcome != "done" || killed:
+			case lapses.excuse(prev):
+				lapsed++
+			default:
+				t.Errorf("task %d ran again (claim %d on %s) after a run that finished (claim %d on %s, bucket %d); "+
+					"its node logged %s", id, cur.claimSeq, cur.node, prev.claimSeq, prev.node, prev.bucket,
+					lapses.describe(prev))
 			}
 		}
 		if last := xs[len(xs)-1]; last.outcome != "done" {
@@ -587,6 +597,7 @@ func (e *elasticFleet) check() {
 			t.Errorf("key %s ran %d at once, over its limit of %d: %v", key, peak, elasticKeyLimit, over[:min(3, len(over))])
 		}
 	}
-	t.Logf("%d tasks, %d runs, %d ticks, %d samples of a bucket unserved within failovers", len(all), len(execs),
+	t.Logf("%d tasks, %d runs (%d again after their node's lease lapsed under a finished run), %d ticks, "+
+		"%d samples of a bucket unserved within failovers", len(all), len(execs), lapsed,
 		len(ticks), len(unserved)-len(outside))
 }
