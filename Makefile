@@ -77,8 +77,10 @@ endef
 test: ## Run all tests with the race detector, as CI does (checks first what they need)
 	$(call checked_test,$(TEST_PKGS))
 
+# An example cannot skip itself: those that need PostgreSQL end in
+# _postgres, and -skip leaves them out.
 test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no browser
-	$(GO) test -short ./...
+	$(GO) test -short -skip '_postgres$$' ./...
 
 # The failover tests (build tag failover) start pg_auto_failover clusters
 # of their own (internal/testdb.StartHACluster): they need pg_autoctl

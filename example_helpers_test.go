@@ -35,7 +35,9 @@ func exampleFleet(register func(n *node.Node) error, opts ...flotillatest.FleetO
 }
 
 // postgresDSN is a new, empty PostgreSQL database on the test server, which
-// done drops: the examples of the calls that take a pgx.Tx run on it.
+// done drops: the examples of the calls that take a pgx.Tx run on it. An
+// example cannot be skipped, so those examples end in _postgres, and
+// `make test-short` leaves them out by that name (-skip).
 func postgresDSN() (dsn string, done func()) {
 	t := &exampleT{}
 	return testdb.New(t), t.Done

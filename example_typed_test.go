@@ -309,7 +309,7 @@ func ExampleSubmitArgsSQLiteTx() {
 
 // SubmitArgsTx submits in the application's own PostgreSQL transaction: an
 // order and the task that ships it commit together or not at all.
-func ExampleSubmitArgsTx() {
+func ExampleSubmitArgsTx_postgres() {
 	ctx := context.Background()
 	dsn, done := postgresDSN()
 	defer done()
@@ -348,7 +348,7 @@ func ExampleSubmitArgsTx() {
 
 // SubmitTx takes requests, in a pgx.Tx; the task waits for a node that
 // runs its kind.
-func ExampleClient_SubmitTx() {
+func ExampleClient_SubmitTx_postgres() {
 	ctx := context.Background()
 	dsn, done := postgresDSN()
 	defer done()
@@ -382,7 +382,7 @@ func ExampleClient_SubmitTx() {
 }
 
 // SubmitPipelineTx creates a pipeline in a pgx.Tx.
-func ExampleClient_SubmitPipelineTx() {
+func ExampleClient_SubmitPipelineTx_postgres() {
 	ctx := context.Background()
 	dsn, done := postgresDSN()
 	defer done()
