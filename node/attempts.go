@@ -296,6 +296,14 @@ func (r *attempts) current(id int64) *attempt {
 	return best
 }
 
+// has reports whether an attempt of ref is registered.
+func (r *attempts) has(ref task.Ref) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.byRef[ref]
+	return ok
+}
+
 // inBucket counts the attempts of bucket b registered (a handler running,
 // or an outcome waiting to be written), with a channel closed at the next
 // change.

@@ -53,6 +53,7 @@ func (n *Node) claimPass(ctx context.Context) {
 func (n *Node) claimOnce(ctx context.Context) (full bool) {
 	h := n.holdClaims()
 	defer h.release()
+	n.recoverLostClaims(ctx)
 	free := min(n.capacity(), maxClaimBatch)
 	if free <= 0 {
 		return false
@@ -77,6 +78,8 @@ func (n *Node) claimOnce(ctx context.Context) (full bool) {
 	n.metrics.Claimed(claimed, n.cfg.Clock.Now().Sub(sent), err)
 	if err != nil {
 		n.log.Warn("claiming tasks failed; will retry", zap.Int("limit", free), zap.Error(err))
+		n.claimFailed(err)
+		n.recoverLostClaims(ctx)
 		return false
 	}
 	for _, t := range claimed {
@@ -242,6 +245,7 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 		n.limits.shareGate.Unlock()
 		n.log.Warn("recording task outcomes with a claim failed; recording them alone",
 			zap.Int("tasks", len(batch)), zap.Error(err))
+		n.claimFailed(err)
 		return false
 	}
 	n.limits.hold(claimed)
@@ -253,6 +257,7 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	n.metrics.Claimed(claimed, took, err)
 	if err != nil {
 		n.log.Warn("claiming tasks with an outcome write failed; will retry", zap.Int("limit", req.Limit), zap.Error(err))
+		n.claimFailed(err)
 	}
 	n.metrics.Flushed(n.finished(batch, outcomes), took, nil)
 	n.written(batch, outcomes)

@@ -133,6 +133,10 @@ type Node struct {
 	// claiming along with an outcome write (flushAndClaim). Each counts the
 	// free slots and registers what it claimed before the other counts.
 	claimMu sync.Mutex
+	// lostClaims is set when a claim statement failed, and may have
+	// committed: the next claim pass reads back what it took
+	// (lostclaims.go).
+	lostClaims atomic.Bool
 	// limits is the holder's in-memory view of its limits (limits.go).
 	limits    *limiter
 	scheduler *scheduler

@@ -338,6 +338,9 @@ type ActiveUse struct {
 	Bucket    int
 	Owner     string
 	Epoch     int64
+	// ClaimSeq is the claim that took the task, for a write conditional
+	// on it (a node releasing the tasks of a claim whose answer was lost).
+	ClaimSeq int64
 }
 
 // ShareRequest asks for a holder's share of a fleet-wide kind limit.

@@ -198,6 +198,7 @@ func activeUseOf(rec *taskRecord) store.ActiveUse {
 	return store.ActiveUse{
 		ID: rec.ID, Kind: rec.Kind, LimitKey: store.LimitKeyOf(rec.Key, rec.LimitKey),
 		Resources: maps.Clone(rec.Resources), Bucket: rec.Bucket, Owner: rec.Owner, Epoch: rec.Epoch,
+		ClaimSeq: rec.ClaimSeq,
 	}
 }
 

@@ -352,7 +352,7 @@ func limitedClaimOf(ctx context.Context, req store.ClaimRequest, lc store.Limite
 // activeUseSQL reads the active rows of the buckets through the active
 // index.
 var activeUseSQL = `
-SELECT t.id, t.kind, ` + limitKeySQL + `, t.resources, t.bucket, coalesce(t.owner, ''), t.epoch
+SELECT t.id, t.kind, ` + limitKeySQL + `, t.resources, t.bucket, coalesce(t.owner, ''), t.epoch, t.claim_seq
 FROM flotilla_tasks t
 WHERE t.status IN ` + activeStatusesSQL + ` AND t.bucket = ANY($1::int[])
 ORDER BY t.id`
@@ -406,7 +406,7 @@ func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse
 		var u store.ActiveUse
 		var res []byte
 		var b int32
-		if err := rows.Scan(&u.ID, &u.Kind, &u.LimitKey, &res, &b, &u.Owner, &u.Epoch); err != nil {
+		if err := rows.Scan(&u.ID, &u.Kind, &u.LimitKey, &res, &b, &u.Owner, &u.Epoch, &u.ClaimSeq); err != nil {
 			return nil, wrap(err, "read active tasks")
 		}
 		u.Bucket = int(b)

@@ -257,7 +257,7 @@ func (s *Store) ActiveUse(ctx context.Context, buckets []int) ([]store.ActiveUse
 	if len(buckets) == 0 {
 		return out, nil
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT id, kind, key, limit_key, resources, bucket, owner, epoch
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, kind, key, limit_key, resources, bucket, owner, epoch, claim_seq
 FROM flotilla_tasks
 WHERE status IN ('running', 'stopping', 'pausing') AND bucket IN (SELECT value FROM json_each(?))
 ORDER BY id`, intsJSON(buckets))
@@ -271,7 +271,7 @@ ORDER BY id`, intsJSON(buckets))
 			key, lk    string
 			res, owner sql.NullString
 		)
-		if err := rows.Scan(&u.ID, &u.Kind, &key, &lk, &res, &u.Bucket, &owner, &u.Epoch); err != nil {
+		if err := rows.Scan(&u.ID, &u.Kind, &key, &lk, &res, &u.Bucket, &owner, &u.Epoch, &u.ClaimSeq); err != nil {
 			return nil, wrap(err, "active use")
 		}
 		if u.Resources, err = resourcesOf(res); err != nil {

@@ -379,7 +379,8 @@ func testLimits(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		if len(use) != 2 || use[0].LimitKey != "tenant" || use[0].Resources["gpu"] != 2 || use[0].Owner != "a" ||
-			use[0].Epoch != heldA[0].Epoch || use[1].LimitKey != "y" || use[1].Owner != "b" {
+			use[0].Epoch != heldA[0].Epoch || use[0].ClaimSeq != 1 || use[1].LimitKey != "y" || use[1].Owner != "b" ||
+			use[1].ClaimSeq != 1 {
 			t.Errorf("active use %+v", use)
 		}
 		if use, _ := b.s.ActiveUse(b.ctx, []int{3}); len(use) != 0 {

@@ -339,13 +339,18 @@ func TestFaultSigtermUnderLoad(t *testing.T) {
 		t.Fatalf("the holder logged %d lease releases, want 1", len(released))
 	}
 	releasedAt := logTime(released[0])
+	// The holder logs its release once the statement has returned; the
+	// standby, woken by the announcement sent at its commit, may log its
+	// acquisition first on a loaded machine. Its first acquisition after
+	// the SIGTERM is the one, and a hand-over logged in that order took no
+	// time.
 	var acquiredAt time.Time
 	for _, l := range logLinesOf(r.rigNode("standby").proc, "bucket leases acquired") {
-		if at := logTime(l); at.After(releasedAt) && (acquiredAt.IsZero() || at.Before(acquiredAt)) {
+		if at := logTime(l); at.After(termAt) && (acquiredAt.IsZero() || at.Before(acquiredAt)) {
 			acquiredAt = at
 		}
 	}
-	handOver := acquiredAt.Sub(releasedAt)
+	handOver := max(acquiredAt.Sub(releasedAt), 0)
 	if within := patience.Scale(10 * time.Second); acquiredAt.IsZero() || handOver > within {
 		t.Errorf("the standby acquired the buckets %v after their release (at %v); want it within %v, through the announcement",
 			handOver, acquiredAt, within)
