@@ -387,7 +387,8 @@ func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
 
 	// The figures: from the primary's loss to the first claim after the
 	// outage (the first start after the longest pause in starts between
-	// the loss and the fleet's return to its rate).
+	// the loss and the fleet's return to its rate, that first start
+	// included: it may come after the moment the rate is judged back).
 	starts := haStarts(e)
 	var toClaim []time.Duration
 	for i, f := range failovers {
@@ -398,13 +399,13 @@ func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
 			if s.Before(f.lost) {
 				continue
 			}
-			if s.After(f.back) {
-				break
-			}
 			if d := s.Sub(prev); d > gap {
 				gap, gapEnd = d, s
 			}
 			prev = s
+			if s.After(f.back) {
+				break
+			}
 		}
 		if gapEnd.IsZero() {
 			gapEnd = f.lost
