@@ -85,18 +85,20 @@ test-short: ## Run the unit tests only (-short): no PostgreSQL, no processes, no
 # The failover tests (build tag failover) start pg_auto_failover clusters
 # of their own (internal/testdb.StartHACluster): they need pg_autoctl
 # (Debian: postgresql-15-auto-failover), and make test leaves them out.
-FAILOVER_PKGS := ./internal/testdb/
+# The helper's tests, then the fleet's scenario (test/integration,
+# TestAFleetRidesOutItsDatabasesFailovers: three workers through two
+# switchovers and the loss of the primary's machine), one package at a
+# time (-p 1): each runs a formation of three servers.
+FAILOVER_PKGS := ./internal/testdb/ ./test/integration/
 FAILOVER_TIMEOUT := 15m
 
-test-failover: ## Run the database failover tests (pg_auto_failover; not part of make test)
-	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'HACluster|Failover' $(FAILOVER_PKGS)
+test-failover: ## Run the database failover tests and the fleet's failover scenario (pg_auto_failover; not part of make test)
+	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -p 1 -tags failover -v \
+		-run 'HACluster|TestAFleetRidesOutItsDatabasesFailovers' $(FAILOVER_PKGS)
 
-# The fleet's failover scenario (test/integration, TestAFleetRidesOutItsDatabasesFailovers):
-# three workers through two switchovers and the loss of the primary's
-# machine. Not yet in test-failover: it finds a known fault (a claim cut
-# after its commit leaves its tasks running unserved; docs/reliability.md),
-# and waits for those tasks until its timeout.
-test-failover-fleet: ## Run the fleet's database failover scenario (pg_auto_failover; known to find an open fault)
+# The fleet's scenario alone; FLOTILLA_HA_FAILOVERS=5 runs five switchovers
+# before the machine's loss, FLOTILLA_HA_ASYNC=1 replicates asynchronously.
+test-failover-fleet: ## Run the fleet's database failover scenario alone (pg_auto_failover)
 	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'TestAFleetRidesOutItsDatabasesFailovers' -v ./test/integration/
 
 test-integration: ## Run the integration tests (store, test/integration)

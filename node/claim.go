@@ -242,6 +242,9 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 	cancel()
 	took := n.cfg.Clock.Now().Sub(sent)
 	if outcomes == nil {
+		for i := range batch {
+			batch[i].unsure = true // the statement may have committed
+		}
 		n.limits.shareGate.Unlock()
 		n.log.Warn("recording task outcomes with a claim failed; recording them alone",
 			zap.Int("tasks", len(batch)), zap.Error(err))
@@ -259,6 +262,7 @@ func (n *Node) flushAndClaim(ctx context.Context, batch []completion) bool {
 		n.log.Warn("claiming tasks with an outcome write failed; will retry", zap.Int("limit", req.Limit), zap.Error(err))
 		n.claimFailed(err)
 	}
+	n.confirmUnsure(ctx, batch, outcomes)
 	n.metrics.Flushed(n.finished(batch, outcomes), took, nil)
 	n.written(batch, outcomes)
 	return true

@@ -74,3 +74,62 @@ func TestTheTasksOfAClaimWhoseAnswerWasLostAreReleasedAtOnce(t *testing.T) {
 		t.Errorf("%d log lines about the release, want 1", len(entries))
 	}
 }
+
+// lostOutcomeAnswers commits the first outcome write and answers it with an
+// error, as a connection cut after the commit does.
+type lostOutcomeAnswers struct {
+	store.Store
+	lost atomic.Bool
+}
+
+func (s *lostOutcomeAnswers) AdvanceActive(ctx context.Context, owner string, batch []store.ActiveTransition) ([]store.Outcome, error) {
+	out, err := s.Store.AdvanceActive(ctx, owner, batch)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return nil, errAnswerLost
+	}
+	return out, err
+}
+
+// An outcome write whose answer is lost after its commit is written again,
+// and fenced by its claim_seq: the node reads the task's trail back and
+// finds its own move there, so the outcome counts as recorded, not fenced.
+func TestAnOutcomeWhoseAnswerWasLostIsConfirmedFromTheTrail(t *testing.T) {
+	b := setup(t)
+	h := b.store.Handle()
+	t.Cleanup(h.Close)
+	s := &lostOutcomeAnswers{Store: h}
+	cfg, logs := observed(b.config(t, "cut"))
+	metrics := &recordingMetrics{}
+	cfg.Metrics = metrics
+	n := newNodeOn(t, s, cfg, map[string]Handler{
+		"work": func(context.Context, *task.Task) error { return nil },
+	})
+	created, err := b.store.CreateTasks(b.ctx, []store.NewTask{{Kind: "work", Key: "k", Bucket: b.policy.Of("k")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the outcome's second write was answered", func() bool {
+		return len(logs.FilterMessageSnippet("outcome recorded by an earlier write").AllUntimed()) > 0 ||
+			len(logs.FilterMessageSnippet("fenced").AllUntimed()) > 0
+	})
+	if !s.lost.Load() {
+		t.Fatal("no outcome write's answer was lost")
+	}
+	if got := b.get(t, created[0].ID).Status; got != task.Succeeded {
+		t.Fatalf("task %s, want succeeded", got)
+	}
+	if fenced := logs.FilterMessageSnippet("fenced").AllUntimed(); len(fenced) != 0 {
+		t.Errorf("the outcome was logged fenced: %v", fenced[0].Message)
+	}
+	if got := len(logs.FilterMessageSnippet("outcome recorded by an earlier write whose answer was lost").AllUntimed()); got != 1 {
+		t.Errorf("%d log lines confirming the outcome, want 1", got)
+	}
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	if len(metrics.finished) != 1 || metrics.finished[0].Fenced || metrics.finished[0].To != task.Succeeded {
+		t.Errorf("metrics counted %+v, want one attempt succeeded, not fenced", metrics.finished)
+	}
+}

@@ -26,6 +26,10 @@ const (
 type completion struct {
 	a  *attempt
 	tr store.ActiveTransition
+	// unsure is set once a write of it failed: that write may have
+	// committed, and a fenced answer to the next is read back
+	// (confirmUnsure).
+	unsure bool
 }
 
 // completer writes outcomes to the store in batches. It flushes as soon as
@@ -100,6 +104,9 @@ func (c *completer) run(ctx context.Context) {
 			}
 			// The database is unreachable, or slow: keep the outcomes and
 			// try again. The task leases are still renewed meanwhile.
+			for i := range batch {
+				batch[i].unsure = true
+			}
 			c.putBack(batch)
 			if !sleep(ctx, c.n.cfg.Clock, retry) {
 				break
@@ -144,11 +151,13 @@ func (c *completer) flush(ctx context.Context, batch []completion) bool {
 	sent := n.cfg.Clock.Now()
 	outcomes, err := n.store.AdvanceActive(wctx, n.incarnation, transitions(batch))
 	cancel()
-	n.metrics.Flushed(n.finished(batch, outcomes), n.cfg.Clock.Now().Sub(sent), err)
 	if err != nil {
+		n.metrics.Flushed(nil, n.cfg.Clock.Now().Sub(sent), err)
 		n.log.Warn("recording task outcomes failed; will retry", zap.Int("tasks", len(batch)), zap.Error(err))
 		return false
 	}
+	n.confirmUnsure(ctx, batch, outcomes)
+	n.metrics.Flushed(n.finished(batch, outcomes), n.cfg.Clock.Now().Sub(sent), nil)
 	n.written(batch, outcomes)
 	return true
 }
@@ -228,5 +237,38 @@ func (n *Node) settle(attempts []*attempt) {
 func (n *Node) releaseLimits(a *attempt, returned, settled bool) {
 	if a.over(returned, settled) {
 		n.limits.release(a.ref)
+	}
+}
+
+// confirmUnsure reads back the trail of each task whose outcome write is
+// unsure (an earlier write of it failed, and may have committed: a
+// connection cut after the commit, as in a database failover) and that the
+// store answered fenced now. When the trail holds this attempt's own move
+// out of its active state (this node, the attempt's epoch and number, and
+// the reason it wrote), the earlier write committed: the outcome
+// is recorded, not fenced. Otherwise, or when the trail cannot be read, the
+// answer stands.
+func (n *Node) confirmUnsure(ctx context.Context, batch []completion, outcomes []store.Outcome) {
+	for i, cp := range batch {
+		if !cp.unsure || i >= len(outcomes) || !errors.Is(outcomes[i].Err, store.ErrFenced) {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.stmtTimeout)
+		events, err := n.store.TaskEvents(rctx, cp.a.ref.ID)
+		cancel()
+		if err != nil {
+			n.log.Warn("reading back a task whose outcome write was unsure failed; taking it as fenced",
+				append(cp.a.fields(), zap.Error(err))...)
+			continue
+		}
+		for _, e := range events {
+			if e.From.Active() && !e.To.Active() && e.Node == n.id && e.Epoch == cp.a.epoch &&
+				e.Attempt == cp.a.number && e.Reason == cp.tr.Reason {
+				outcomes[i] = store.Outcome{ID: cp.a.ref.ID, Status: e.To}
+				n.log.Info("outcome recorded by an earlier write whose answer was lost",
+					append(cp.a.fields(), zap.String("status", string(e.To)))...)
+				break
+			}
+		}
 	}
 }
