@@ -178,7 +178,11 @@ func TestSQLiteFrozenHolderIsFenced(t *testing.T) {
 	f.waitUntilStandingBy("standby", low)
 
 	key := keyIn(t, f.policy, low, "frozen")
-	id := f.submit("--kind", "sleep", "--key", key, "--payload", `{"duration":"2s"}`)
+	// Long enough to outlast the freeze's tries: each stops the holder,
+	// and lets it go on when it holds the write lock, so on a loaded
+	// machine a task of 2 s finished, and its outcome was written, before
+	// the freeze took hold.
+	id := f.submit("--kind", "sleep", "--key", key, "--payload", `{"duration":"10s"}`)
 	f.waitForTask(id, "running on holder", func(tk *task.Task) bool {
 		return tk.Status == task.Running && tk.Node == "holder"
 	})
