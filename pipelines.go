@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/flotilla-dev/flotilla/commands"
 	"github.com/flotilla-dev/flotilla/store"
@@ -76,11 +77,13 @@ type PipelineStepResult struct {
 // existing paths (Client.Stop): a step that waits (pending, queued,
 // scheduled, retrying, paused) is cancelled, and its pending dependents are
 // skipped; a running one gets a stop command. Finished steps are left as
-// they ended. It answers one result per step it acted on; a step that ended
+// they ended. Steps are stopped dependents first, so that a clean-up step
+// (on: failure or on: any) is cancelled before any of its dependencies
+// ends: a stopped pipeline starts nothing more, clean-up included. It answers one result per step it acted on; a step that ended
 // meanwhile is left as it ended. A missing pipeline matches
 // store.ErrNotFound.
 func (c *Client) StopPipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
-	return c.eachUnfinishedStep(ctx, id, store.CommandStop, func(s store.PipelineStep) (commands.Result, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandStop, dependentsFirst, func(s store.PipelineStep) (commands.Result, error) {
 		return c.Stop(ctx, s.Task.ID, opts...)
 	})
 }
@@ -96,7 +99,7 @@ func (c *Client) StopPipeline(ctx context.Context, id int64, opts ...CommandOpti
 // no new unfinished step appears, so that a step released or appended
 // while the pause went on is paused too.
 func (c *Client) PausePipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
-	return c.eachUnfinishedStep(ctx, id, store.CommandPause, func(s store.PipelineStep) (commands.Result, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandPause, dependenciesFirst, func(s store.PipelineStep) (commands.Result, error) {
 		if s.Task.Status == task.Stopping {
 			// Being stopped: it ends stopped, which a pause cannot change.
 			return commands.Result{TaskID: s.Task.ID, Kind: store.CommandPause, From: s.Task.Status, Status: s.Task.Status}, nil
@@ -113,7 +116,7 @@ func (c *Client) PausePipeline(ctx context.Context, id int64, opts ...CommandOpt
 // paused are left alone; one still pausing pauses at its checkpoint after
 // this returns and needs another resume.
 func (c *Client) ResumePipeline(ctx context.Context, id int64, opts ...CommandOption) ([]PipelineStepResult, error) {
-	return c.eachUnfinishedStep(ctx, id, store.CommandResume, func(s store.PipelineStep) (commands.Result, error) {
+	return c.eachUnfinishedStep(ctx, id, store.CommandResume, dependenciesFirst, func(s store.PipelineStep) (commands.Result, error) {
 		if s.Task.Status != task.Paused {
 			return commands.Result{}, errNotActedOn
 		}
@@ -124,12 +127,19 @@ func (c *Client) ResumePipeline(ctx context.Context, id int64, opts ...CommandOp
 // errNotActedOn is what a step's action answers for a step it leaves alone.
 var errNotActedOn = errors.New("step left as it is")
 
+// The orders in which eachUnfinishedStep visits a pipeline's steps.
+const (
+	dependenciesFirst = false
+	dependentsFirst   = true
+)
+
 // eachUnfinishedStep applies act to each unfinished step of pipeline id,
-// dependencies first, reading the pipeline again until a reading shows no
-// unfinished step it has not visited. A step whose request failed because
-// it ended meanwhile (or changed to a state the request does not apply
-// to) is left out of the results.
-func (c *Client) eachUnfinishedStep(ctx context.Context, id int64, kind string,
+// dependencies first (the pipeline's order) or dependents first (its
+// reverse), reading the pipeline again until a reading shows no unfinished
+// step it has not visited. A step whose request failed because it ended
+// meanwhile (or changed to a state the request does not apply to) is left
+// out of the results.
+func (c *Client) eachUnfinishedStep(ctx context.Context, id int64, kind string, reverse bool,
 	act func(store.PipelineStep) (commands.Result, error)) ([]PipelineStepResult, error) {
 	visited := map[int64]bool{}
 	var out []PipelineStepResult
@@ -139,7 +149,11 @@ func (c *Client) eachUnfinishedStep(ctx context.Context, id int64, kind string,
 			return out, fmt.Errorf("%s pipeline %d: %w", kind, id, err)
 		}
 		fresh := false
-		for _, s := range p.Steps {
+		steps := dependencyOrder(p.Steps)
+		if reverse {
+			slices.Reverse(steps)
+		}
+		for _, s := range steps {
 			if s.Task.Status.Terminal() || visited[s.Task.ID] {
 				continue
 			}
@@ -159,4 +173,41 @@ func (c *Client) eachUnfinishedStep(ctx context.Context, id int64, kind string,
 			return out, nil
 		}
 	}
+}
+
+// dependencyOrder returns the steps with every step after its
+// dependencies, otherwise in the order they were added (a pipeline file may
+// name a step before the steps it depends on).
+func dependencyOrder(steps []store.PipelineStep) []store.PipelineStep {
+	byName := make(map[string]int, len(steps))
+	for i, s := range steps {
+		byName[s.Name] = i
+	}
+	out := make([]store.PipelineStep, 0, len(steps))
+	placed := make([]bool, len(steps))
+	// Depth first, without recursion: a chain may be thousands deep.
+	type frame struct{ step, next int }
+	for root := range steps {
+		if placed[root] {
+			continue
+		}
+		placed[root] = true
+		stack := []frame{{step: root}}
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			deps := steps[top.step].DependsOn
+			if top.next < len(deps) {
+				d, ok := byName[deps[top.next].Step]
+				top.next++
+				if ok && !placed[d] {
+					placed[d] = true
+					stack = append(stack, frame{step: d})
+				}
+				continue
+			}
+			out = append(out, steps[top.step])
+			stack = stack[:len(stack)-1]
+		}
+	}
+	return out
 }

@@ -218,23 +218,64 @@ func TestStopPipelineStopsWhatRunsAndCancelsWhatWaits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// c is skipped by b's end before its own turn comes: nothing to do
-		// for it. b is cancelled by the stop, unless the node stopped a
-		// first, which skipped b.
-		wantB := "cancelled"
-		switch got := acted(rs); got {
-		case "a:running->running+stop b:pending->cancelled":
-		case "a:running->running+stop":
-			wantB = "skipped"
-		default:
-			t.Errorf("stop acted %q, want a stop command for a and b cancelled (unless a's stop skipped it)", got)
+		// Dependents first: c and b are cancelled before a gets its stop
+		// command, so neither is skipped by a's end.
+		if got, want := acted(rs), "a:running->running+stop b:pending->cancelled c:pending->cancelled"; got != want {
+			t.Errorf("stop acted %q, want %q", got, want)
 		}
-		b.waitFor(t, p.ID, "done=succeeded a=stopped b="+wantB+" c=skipped")
+		b.waitFor(t, p.ID, "done=succeeded a=stopped b=cancelled c=cancelled")
 		if n := b.startedCount("b") + b.startedCount("c"); n != 0 {
 			t.Errorf("%d attempts of b and c started after the stop", n)
 		}
 		if _, err := b.client.StopPipeline(b.ctx, 1<<40, flotilla.By("ops")); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("stop of a missing pipeline: %v, want store.ErrNotFound", err)
+		}
+	})
+}
+
+// Stopping a pipeline releases none of its clean-up steps: each step that
+// runs when a dependency fails, or whatever it ends as, is cancelled while
+// still pending, before the stop ends its dependency, so that none is ever
+// queued to start. The dependency here waits in the queue (no node runs its
+// kind), so that its cancellation would be at once.
+func TestStopPipelineReleasesNoCleanUpStep(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, b *pipelineBundle) {
+		onFailure := pstep("undo", "work", "a")
+		onFailure.DependsOn[0].On = task.OnFailure
+		onAny := pstep("report", "work", "a")
+		onAny.DependsOn[0].On = task.OnAny
+		p := b.submit(t, onFailure, onAny, pstep("a", "unserved"))
+		b.waitFor(t, p.ID, "a=queued undo=pending report=pending")
+		rs, err := b.client.StopPipeline(b.ctx, p.ID, flotilla.By("ops"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := acted(rs), "a:queued->cancelled report:pending->cancelled undo:pending->cancelled"; got != want {
+			t.Errorf("stop acted %q, want %q", got, want)
+		}
+		b.waitFor(t, p.ID, "a=cancelled undo=cancelled report=cancelled")
+		got, err := b.client.GetPipeline(b.ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got.Steps {
+			if s.Name == "a" {
+				continue
+			}
+			events, err := b.client.Store().TaskEvents(b.ctx, s.Task.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var trail []string
+			for _, e := range events {
+				trail = append(trail, string(e.To))
+			}
+			if strings.Join(trail, " ") != "pending cancelled" {
+				t.Errorf("clean-up step %s went %v, want pending then cancelled: it was released by the stop", s.Name, trail)
+			}
+		}
+		if n := b.startedCount("undo") + b.startedCount("report"); n != 0 {
+			t.Errorf("%d attempts of the clean-up steps started after the stop", n)
 		}
 	})
 }

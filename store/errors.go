@@ -78,7 +78,7 @@ type SkippedStepError struct {
 }
 
 func (e *SkippedStepError) Error() string {
-	return fmt.Sprintf("pipeline %d: step %q was skipped because step %q ended %s; retried alone it would be skipped again: "+
+	return fmt.Sprintf("pipeline %d: retried alone, step %q would be skipped at once, because step %q ended %s: "+
 		"retry from step %q", e.Pipeline, e.Step, e.Dependency, e.Status, e.Dependency)
 }
 

@@ -111,7 +111,7 @@ func pipelineCommand() *cli.Command {
 			pipelineGetCommand(),
 			pipelineRetryCommand(),
 			pipelineControlCommand("stop",
-				"stop every unfinished step: waiting ones are cancelled at once, running ones are stopped by their node",
+				"stop every unfinished step, dependents first: waiting ones (clean-up steps included) are cancelled at once, running ones are stopped by their node",
 				func(c *flotilla.Client, cc *cli.Context, id int64, reason, by string) ([]flotilla.PipelineStepResult, error) {
 					return c.StopPipeline(cc.Context, id, flotilla.Reason(reason), flotilla.By(by))
 				}),

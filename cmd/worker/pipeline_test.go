@@ -120,8 +120,11 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 	if strings.Join(got, " ") != "a=paused->queued b=paused->pending c=paused->pending" || resumed.Pipeline != p.ID {
 		t.Errorf("resume answered %s for pipeline %d", got, resumed.Pipeline)
 	}
-	// a's cancel skips b and c in the same write: nothing is left to stop.
-	expect([]string{"pipeline", "stop", id}, "a: task "+taskOf["a"]+": cancelled (was queued)")
+	// Dependents first: c and b are cancelled while pending, then a.
+	expect([]string{"pipeline", "stop", id},
+		"c: task "+taskOf["c"]+": cancelled (was pending)",
+		"b: task "+taskOf["b"]+": cancelled (was pending)",
+		"a: task "+taskOf["a"]+": cancelled (was queued)")
 	expect([]string{"pipeline", "pause", id}, "pipeline "+id+": no step to pause")
 	stdout, _, _ = runWorker(t, "pipeline", "get", id, "--json", "--dsn", dsn)
 	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
@@ -131,14 +134,14 @@ func TestPipelineStopPauseAndResumePrintEachStep(t *testing.T) {
 	for _, s := range p.Tasks {
 		got = append(got, s.Name+"="+string(s.Status))
 	}
-	if strings.Join(got, " ") != "a=cancelled b=skipped c=skipped" {
+	if strings.Join(got, " ") != "a=cancelled b=cancelled c=cancelled" {
 		t.Errorf("after the stop: %s", got)
 	}
-	// c was skipped because a was cancelled: a retry from c would be
+	// c depends on b, which ended cancelled: a retry from c would be
 	// skipped at once. Refused, naming the step to retry from.
 	_, stderr, code = runWorker(t, "pipeline", "retry", id, "--from", "c", "--dsn", dsn)
-	if code != exitRefused || !strings.Contains(stderr, `retry from step "a"`) {
-		t.Errorf("retry --from a skipped step: exit %d, %q; want exit %d naming step a", code, stderr, exitRefused)
+	if code != exitRefused || !strings.Contains(stderr, `retry from step "b"`) {
+		t.Errorf("retry --from a step its dependency would skip: exit %d, %q; want exit %d naming step b", code, stderr, exitRefused)
 	}
 }
 
