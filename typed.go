@@ -105,7 +105,8 @@ func (j *Job[T]) DependencyResult(ctx context.Context, step string, v any) error
 
 // DependencyResults returns the results of this pipeline step's
 // dependencies by step name, as JSON (nil for one that recorded none): a
-// fan-in reads them all.
+// fan-in reads them all, up to 64 MiB in all (task.Task.DependencyResults
+// says what happens beyond).
 func (j *Job[T]) DependencyResults(ctx context.Context) (map[string]json.RawMessage, error) {
 	return j.t.DependencyResults(ctx)
 }

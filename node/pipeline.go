@@ -21,7 +21,7 @@ func (h *attemptHooks) DependencyResults(ctx context.Context) (map[string]json.R
 	cached := a.depResults
 	a.mu.Unlock()
 	if cached == nil {
-		got, err := h.n.store.DependencyResults(ctx, a.ref.ID)
+		got, err := h.n.store.DependencyResults(ctx, a.ref.ID, store.MaxDependencyResultsBytes)
 		if err != nil {
 			return nil, err
 		}

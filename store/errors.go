@@ -86,6 +86,33 @@ func (e *SkippedStepError) Is(target error) bool {
 	return target == ErrSkippedStep || target == ErrConflict
 }
 
+// MaxDependencyResultsBytes bounds what a handler reads of its
+// dependencies' results in all (64 MiB): a fan-in of 10,000 steps of 256
+// KiB each would otherwise load 2.5 GB into the node at once. A step that
+// needs more should pass references (object keys, URLs) in its results.
+const MaxDependencyResultsBytes = 64 << 20
+
+// ErrDependencyResultsTooLarge is matched by *DependencyResultsTooLargeError.
+var ErrDependencyResultsTooLarge = errors.New("the dependencies' results are too large to read at once")
+
+// DependencyResultsTooLargeError refuses to read the results of a task's
+// dependencies that take more bytes in all than the bound.
+type DependencyResultsTooLargeError struct {
+	Task  int64
+	Bytes int64 // the results' size in all, as JSON
+	Max   int64
+}
+
+func (e *DependencyResultsTooLargeError) Error() string {
+	return fmt.Sprintf("the results of task %d's dependencies take %d bytes, more than the %d a task may read at once "+
+		"(store.MaxDependencyResultsBytes): have the steps return references (keys, URLs) to their data instead",
+		e.Task, e.Bytes, e.Max)
+}
+
+func (e *DependencyResultsTooLargeError) Is(target error) bool {
+	return target == ErrDependencyResultsTooLarge
+}
+
 // BucketCountError says that the fleet's bucket count is fixed and differs
 // from the one asked for.
 type BucketCountError struct {

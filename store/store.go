@@ -208,8 +208,11 @@ type Store interface {
 	GetPipeline(ctx context.Context, id int64) (Pipeline, error)
 	// DependencyResults reads the results of a task's dependencies, by step
 	// name (nil for a dependency that set none); empty for a task outside
-	// a pipeline. ErrNotFound when there is no such task.
-	DependencyResults(ctx context.Context, id int64) (map[string]json.RawMessage, error)
+	// a pipeline. ErrNotFound when there is no such task. Results that take
+	// more than max bytes in all are refused before any is read
+	// (*DependencyResultsTooLargeError): a node passes
+	// MaxDependencyResultsBytes.
+	DependencyResults(ctx context.Context, id int64, max int64) (map[string]json.RawMessage, error)
 	// RetryPipeline runs again, as new tasks, the step from and every
 	// descendant of it that did not succeed (RetryPlan), and nothing else:
 	// the old tasks keep their ends and trails. The new tasks depend on the

@@ -101,6 +101,11 @@ type PipelineHooks interface {
 // not change once their step has ended, and a step runs only after its
 // dependencies have. Loading them lazily keeps the claim, which every task
 // pays for, free of work that only steps reading results need.
+//
+// Results that take more than 64 MiB in all (store.MaxDependencyResultsBytes)
+// are refused with an error that matches store.ErrDependencyResultsTooLarge,
+// before any is read: a fan-in over thousands of steps should pass
+// references to its data (object keys, URLs), not the data.
 func (t *Task) DependencyResults(ctx context.Context) (map[string]json.RawMessage, error) {
 	if t.Pipeline == 0 {
 		return nil, ErrNotInPipeline

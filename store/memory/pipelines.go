@@ -232,8 +232,9 @@ func (db *database) pipelineView(p *pipelineRecord) store.Pipeline {
 	return out
 }
 
-// DependencyResults reads the results of a task's dependencies.
-func (s *Store) DependencyResults(ctx context.Context, id int64) (map[string]json.RawMessage, error) {
+// DependencyResults reads the results of a task's dependencies, once their
+// size in all is known to be within max.
+func (s *Store) DependencyResults(ctx context.Context, id int64, max int64) (map[string]json.RawMessage, error) {
 	db, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -242,6 +243,13 @@ func (s *Store) DependencyResults(ctx context.Context, id int64) (map[string]jso
 	rec := db.task(id)
 	if rec == nil {
 		return nil, taskNotFound(id)
+	}
+	var size int64
+	for _, d := range rec.deps {
+		size += int64(len(db.task(d.id).Result))
+	}
+	if size > max {
+		return nil, &store.DependencyResultsTooLargeError{Task: id, Bytes: size, Max: max}
 	}
 	out := make(map[string]json.RawMessage, len(rec.deps))
 	for _, d := range rec.deps {

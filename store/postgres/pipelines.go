@@ -321,8 +321,24 @@ LEFT JOIN flotilla_task_deps d ON d.task_id = x.id
 LEFT JOIN flotilla_tasks r ON r.id = d.dep_id
 WHERE x.id = $1`
 
-// DependencyResults reads the results of a task's dependencies.
-func (s *Store) DependencyResults(ctx context.Context, id int64) (map[string]json.RawMessage, error) {
+// dependencyResultsSizeSQL sums the dependencies' results as JSON text,
+// without sending them.
+const dependencyResultsSizeSQL = `
+SELECT coalesce(sum(octet_length(r.result::text)), 0)
+FROM flotilla_task_deps d
+JOIN flotilla_tasks r ON r.id = d.dep_id
+WHERE d.task_id = $1`
+
+// DependencyResults reads the results of a task's dependencies, once their
+// size in all is known to be within max.
+func (s *Store) DependencyResults(ctx context.Context, id int64, max int64) (map[string]json.RawMessage, error) {
+	var size int64
+	if err := s.pool.QueryRow(ctx, dependencyResultsSizeSQL, id).Scan(&size); err != nil {
+		return nil, wrap(err, "dependency results of task %d", id)
+	}
+	if size > max {
+		return nil, &store.DependencyResultsTooLargeError{Task: id, Bytes: size, Max: max}
+	}
 	rows, err := s.pool.Query(ctx, dependencyResultsSQL, id)
 	if err != nil {
 		return nil, wrap(err, "dependency results of task %d", id)

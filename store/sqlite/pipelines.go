@@ -462,10 +462,26 @@ LEFT JOIN flotilla_task_deps d ON d.task_id = x.id
 LEFT JOIN flotilla_tasks r ON r.id = d.dep_id
 WHERE x.id = ?`
 
-// DependencyResults reads the results of a task's dependencies.
-func (s *Store) DependencyResults(ctx context.Context, id int64) (map[string]json.RawMessage, error) {
+// dependencyResultsSizeSQL sums the dependencies' results in bytes,
+// without reading them out.
+const dependencyResultsSizeSQL = `
+SELECT coalesce(sum(length(CAST(r.result AS BLOB))), 0)
+FROM flotilla_task_deps d
+JOIN flotilla_tasks r ON r.id = d.dep_id
+WHERE d.task_id = ?`
+
+// DependencyResults reads the results of a task's dependencies, once their
+// size in all is known to be within max.
+func (s *Store) DependencyResults(ctx context.Context, id int64, max int64) (map[string]json.RawMessage, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
+	}
+	var size int64
+	if err := s.rdb.QueryRowContext(ctx, dependencyResultsSizeSQL, id).Scan(&size); err != nil {
+		return nil, requireSchema(wrap(err, "dependency results of task %d", id))
+	}
+	if size > max {
+		return nil, &store.DependencyResultsTooLargeError{Task: id, Bytes: size, Max: max}
 	}
 	rows, err := s.rdb.QueryContext(ctx, dependencyResultsSQL, id)
 	if err != nil {

@@ -269,15 +269,29 @@ func testPipelines(t *testing.T, h Harness) {
 			}
 			b.advance("x", at)
 		}
-		got, err := b.s.DependencyResults(b.ctx, stepTask(t, p, "fanin").ID)
+		fanin := stepTask(t, p, "fanin").ID
+		got, err := b.s.DependencyResults(b.ctx, fanin, store.MaxDependencyResultsBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 3 || !sameJSON(got["a"], results["a"]) || !sameJSON(got["b"], results["b"]) || got["c"] != nil {
 			t.Errorf("dependency results %v, want a, b and c (nil)", stringsOf(got))
 		}
-		if _, err := b.s.DependencyResults(b.ctx, 1_000_000); !errors.Is(err, store.ErrNotFound) {
+		if _, err := b.s.DependencyResults(b.ctx, 1_000_000, store.MaxDependencyResultsBytes); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("results of a missing task: %v, want store.ErrNotFound", err)
+		}
+		// Over the bound, refused before any is read: a and b's results
+		// take about 15 bytes as JSON ({"rows":1} and [1,2], spaced or not).
+		var tooLarge *store.DependencyResultsTooLargeError
+		got, err = b.s.DependencyResults(b.ctx, fanin, 8)
+		if !errors.As(err, &tooLarge) || !errors.Is(err, store.ErrDependencyResultsTooLarge) || got != nil {
+			t.Fatalf("results over a bound of 8 bytes: %v, %v; want *store.DependencyResultsTooLargeError", stringsOf(got), err)
+		}
+		if tooLarge.Task != fanin || tooLarge.Max != 8 || tooLarge.Bytes < 15 || tooLarge.Bytes > 20 {
+			t.Errorf("refusal %+v, want task %d, max 8 and 15 to 20 bytes", *tooLarge, fanin)
+		}
+		if _, err := b.s.DependencyResults(b.ctx, fanin, tooLarge.Bytes); err != nil {
+			t.Errorf("results of exactly the bound: %v, want them read", err)
 		}
 	})
 
