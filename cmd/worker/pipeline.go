@@ -19,10 +19,11 @@ import (
 	"github.com/flotilla-dev/flotilla/task"
 )
 
-// pipelineFile is the format of `worker pipeline submit FILE.json`:
+// pipelineFile is the format of `worker pipeline submit FILE.json`
+// (docs/pipelines.md has it whole, with a worked example a test runs):
 //
 //	{"name": "nightly", "key": "tenant-7", "tasks": [
-//	  {"name": "fetch", "kind": "sleep", "payload": {"ms": 10}},
+//	  {"name": "fetch", "kind": "sleep", "payload": {"duration": "10ms"}},
 //	  {"name": "report", "kind": "noop", "depends_on": ["fetch"], "on": "success"}]}
 //
 // "key" is optional (default: the name plus the pipeline's id); each task
@@ -195,7 +196,7 @@ type pipelineStepControlJSON struct {
 func pipelineSubmitCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "submit",
-		Usage:     "submit a pipeline from a JSON file (- for standard input); prints its id",
+		Usage:     "submit a pipeline from a JSON file (- for standard input; the format is in docs/pipelines.md); prints its id",
 		ArgsUsage: "FILE.json",
 		Flags: commonFlags(
 			&cli.BoolFlag{Name: "allow-unowned", Usage: "accept a pipeline whose bucket no live node holds"},
