@@ -586,10 +586,11 @@ func ExampleCommandOption() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("load:", p.Steps[1].Task.Status) // skipped with the step it waited for
+	fmt.Println("load:", p.Steps[1].Task.Status) // cancelled before the step it waited for
 	// Output:
+	// load: pending -> cancelled
 	// extract: queued -> cancelled
-	// load: skipped
+	// load: cancelled
 }
 
 // Wait waits for a task to end, whatever the end.
