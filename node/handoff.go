@@ -85,8 +85,12 @@ type handoff struct {
 	leaseCtx context.Context
 
 	to, toNode string // the successor's incarnation and node id
-	calledOff  bool
-	cancelled  bool // its handlers were cancelled at the deadline
+	// counted is set once every claim that could have named the bucket
+	// has registered its attempts (begin's hold of claimMu): until then
+	// the bucket's attempts are not all counted, and the loop leaves it.
+	counted   bool
+	calledOff bool
+	cancelled bool // its handlers were cancelled at the deadline
 }
 
 func newHandoffs(n *Node) *handoffs {
@@ -106,6 +110,7 @@ func (hs *handoffs) begin(ctx context.Context, moves []handoffMove) []int {
 	n := hs.n
 	var marks []store.Handoff
 	var started []int
+	var fresh []*handoff
 	hs.mu.Lock()
 	for _, m := range moves {
 		if h := hs.byBucket[m.bucket]; h != nil {
@@ -121,8 +126,10 @@ func (hs *handoffs) begin(ctx context.Context, moves []handoffMove) []int {
 			continue
 		}
 		now := n.cfg.Clock.Now()
-		hs.byBucket[m.bucket] = &handoff{bucket: m.bucket, epoch: epoch, started: now,
+		h := &handoff{bucket: m.bucket, epoch: epoch, started: now,
 			deadline: now.Add(n.cfg.HandoffTimeout), leaseCtx: leaseCtx, to: m.to, toNode: m.toNode}
+		hs.byBucket[m.bucket] = h
+		fresh = append(fresh, h)
 		marks = append(marks, store.Handoff{Bucket: m.bucket, Epoch: epoch, To: m.to, ToNode: m.toNode})
 		started = append(started, m.bucket)
 	}
@@ -137,6 +144,16 @@ func (hs *handoffs) begin(ctx context.Context, moves []handoffMove) []int {
 	// this hold is had, every attempt of the buckets is registered, and the
 	// loop may count them.
 	n.holdClaims().release()
+	// Only now may the loop count the buckets' attempts: a pass that ran
+	// before this hold (woken by another attempt's end) saw none of a
+	// claim still in flight, and gave the bucket while that claim's tasks
+	// were about to start; their outcomes were then fenced, and the
+	// successor ran them again.
+	hs.mu.Lock()
+	for _, h := range fresh {
+		h.counted = true
+	}
+	hs.mu.Unlock()
 	hs.loop.poke()
 	// The marks tell the fleet; the hand-offs do not wait for them (a mark
 	// that comes after its hand-off changes nothing: its lease moved on).
@@ -278,6 +295,8 @@ func (hs *handoffs) pass(ctx context.Context) (next time.Time, retry bool) {
 		case h.calledOff:
 			off = append(off, h)
 			continue
+		case !h.counted:
+			continue // begin has not yet held the claims
 		}
 		if left, _ := n.attempts.inBucket(h.bucket); left == 0 {
 			ready = append(ready, h)

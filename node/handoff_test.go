@@ -441,3 +441,39 @@ func TestAFreeBucketItsTargetDoesNotTakeIsTakenAfterAFewPasses(t *testing.T) {
 		return l.Node == "absent" && l.HandedBy == "a"
 	})
 }
+
+// A hand-off counts its bucket's attempts only once every claim that could
+// have named the bucket has registered them. A pass of the hand-off loop
+// that runs meanwhile (woken by another attempt's end) must not give the
+// bucket: a claim still in flight would start its tasks there after the
+// move, their outcomes would be fenced, and the successor would run them
+// again (seen in the elastic scenario on a loaded machine).
+func TestAHandOffWaitsForTheClaimsInFlightBeforeCountingItsAttempts(t *testing.T) {
+	b := setup(t)
+	n := b.startNode(t, b.config(t, "giver", 5), map[string]Handler{"work": noop})
+	if got := n.Held(); len(got) != 1 {
+		t.Fatalf("the giver holds %v, want bucket 5", got)
+	}
+	n.claimMu.Lock() // a claim in flight
+	locked := true
+	defer func() {
+		if locked {
+			n.claimMu.Unlock()
+		}
+	}()
+	begun := make(chan []int, 1)
+	go func() {
+		begun <- n.handoffs.begin(b.ctx, []handoffMove{{bucket: 5, to: "taker/1", toNode: "taker"}})
+	}()
+	eventually(t, "the hand-off is under way", func() bool { return len(n.handoffs.underWay()) == 1 })
+	n.handoffs.pass(b.ctx)
+	if l := b.lease(t, 5); l.Holder != n.incarnation {
+		t.Fatalf("bucket 5 went to %q while a claim that may name it was in flight", l.Holder)
+	}
+	n.claimMu.Unlock()
+	locked = false
+	if got := <-begun; len(got) != 1 {
+		t.Fatalf("begin answered %v", got)
+	}
+	eventually(t, "bucket 5 handed to its successor", func() bool { return b.lease(t, 5).Holder == "taker/1" })
+}
