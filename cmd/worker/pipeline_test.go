@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/flotilla-dev/flotilla/store"
+	"github.com/flotilla-dev/flotilla/task"
 )
 
 // Every invalid pipeline file is exit 2, naming the problem, before any
@@ -243,4 +246,54 @@ func submitPipelineFile(t *testing.T, dsn, body string) (p pipelineJSON, id stri
 		taskOf[s.Name] = strconv.FormatInt(s.TaskID, 10)
 	}
 	return p, strconv.FormatInt(p.ID, 10), taskOf
+}
+
+// The limits table of docs/pipelines.md gives each bound as the code has
+// it: a bound changed in the code and not in the guide fails here.
+func TestThePipelinesDocStatesEachLimit(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "pipelines.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, limits, ok := strings.Cut(string(doc), "\n## Limits\n")
+	if !ok {
+		t.Fatal("docs/pipelines.md has no Limits section")
+	}
+	limits, _, _ = strings.Cut(limits, "\n## ")
+	for constant, bound := range map[string]string{
+		"`maxPipelineFileBytes`":            sizeInWords(maxPipelineFileBytes),
+		"`store.MaxPipelineSteps`":          "| " + thousands(store.MaxPipelineSteps) + " |",
+		"`store.MaxNameBytes`":              "| " + strconv.Itoa(store.MaxNameBytes) + " bytes",
+		"`store.MaxPayloadBytes`":           sizeInWords(store.MaxPayloadBytes),
+		"`store.MaxMaxAttempts`":            "| " + thousands(store.MaxMaxAttempts) + " |",
+		"`task.MaxResultBytes`":             sizeInWords(task.MaxResultBytes),
+		"`store.MaxDependencyResultsBytes`": sizeInWords(store.MaxDependencyResultsBytes),
+	} {
+		row := ""
+		for _, line := range strings.Split(limits, "\n") {
+			if strings.Contains(line, constant) {
+				row = line
+			}
+		}
+		if !strings.Contains(row, bound) {
+			t.Errorf("docs/pipelines.md's limit for %s is %q, want it to say %q", constant, row, bound)
+		}
+	}
+}
+
+// sizeInWords writes a size of whole KiB or MiB as a table cell does.
+func sizeInWords(n int) string {
+	if n%(1<<20) == 0 {
+		return "| " + strconv.Itoa(n>>20) + " MiB |"
+	}
+	return "| " + strconv.Itoa(n>>10) + " KiB |"
+}
+
+// thousands writes n with a comma between each group of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
