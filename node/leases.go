@@ -1,10 +1,12 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -340,7 +342,7 @@ func (k *leaseKeeper) holding(giving bool) []store.HeldBucket {
 			out = append(out, store.HeldBucket{Bucket: b, Epoch: h.epoch})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	slices.SortFunc(out, func(a, b store.HeldBucket) int { return cmp.Compare(a.Bucket, b.Bucket) })
 	return out
 }
 
@@ -434,6 +436,21 @@ func (k *leaseKeeper) lease(b int) (int64, context.Context, bool) {
 		return 0, nil, false
 	}
 	return h.epoch, h.ctx, true
+}
+
+// holdsAny reports whether the node holds, and is not handing over, one of
+// buckets. A notification names one bucket or a few, and comes with every
+// submission: this looks them up rather than building the held set.
+func (k *leaseKeeper) holdsAny(buckets bucket.Set) bool {
+	now := k.clock.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, b := range buckets.Slice() {
+		if h, ok := k.held[b]; ok && now.Before(h.deadline) && !k.giving[b] {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *leaseKeeper) heldSet() bucket.Set {

@@ -557,3 +557,31 @@ func TestAFailedRenewalIsTriedAgainBeforeTheNextHeartbeat(t *testing.T) {
 		t.Fatalf("after two failed renewals: held %+v, want bucket 1 still under epoch 1", held)
 	}
 }
+
+// TestANotificationWakesOnlyTheHolderOfItsBucket: a task's notification
+// wakes a node's claim loop only for a bucket it holds, whose lease has not
+// passed its deadline and that it is not handing over.
+func TestANotificationWakesOnlyTheHolderOfItsBucket(t *testing.T) {
+	lb := setupLeases(t)
+	k, _ := lb.keeper(t, lb.store, "a", bucket.Of(1, 2, 3))
+	now := lb.clock.Now()
+	k.held[1] = newHeldLease(1, now.Add(time.Minute))
+	k.held[2] = newHeldLease(1, now.Add(-time.Second)) // past its deadline
+	k.held[3] = newHeldLease(1, now.Add(time.Minute))
+	k.giving = map[int]bool{3: true}
+	for _, c := range []struct {
+		buckets bucket.Set
+		want    bool
+	}{
+		{bucket.Of(1), true},
+		{bucket.Of(0, 1), true},
+		{bucket.Of(2), false},
+		{bucket.Of(3), false},
+		{bucket.Of(0, 4), false},
+		{bucket.Set{}, false},
+	} {
+		if got := k.holdsAny(c.buckets); got != c.want {
+			t.Errorf("holdsAny(%s) = %v, want %v", c.buckets, got, c.want)
+		}
+	}
+}

@@ -94,11 +94,11 @@ func (n *Node) notified(note store.Notification) {
 	whole := err != nil // an unreadable payload: assume it concerns us
 	switch note.Topic {
 	case store.TopicTasks:
-		if whole || !buckets.Intersect(n.keeper.heldSet()).Empty() {
+		if whole || n.keeper.holdsAny(buckets) {
 			n.claimLoop.poke()
 		}
 	case store.TopicSchedules:
-		if whole || !buckets.Intersect(n.keeper.heldSet()).Empty() {
+		if whole || n.keeper.holdsAny(buckets) {
 			n.scheduleLoop.poke()
 		}
 	case store.TopicBuckets:

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,8 +21,12 @@ import (
 // Defaults of the options.
 const (
 	// DefaultMaxConns is the pool size when WithMaxConns is not given and
-	// the DSN has no pool_max_conns.
-	DefaultMaxConns = 20
+	// the DSN has no pool_max_conns. A node's claims, outcome writes,
+	// renewals and command reads, and submissions at 1,000 a second, keep
+	// four or five busy at once; a node warms all of them at start (see
+	// WithWarmConns), and a pool that cannot grow past them cannot open a
+	// burst of cold connections when a moment's stall queues its callers.
+	DefaultMaxConns = 8
 	// DefaultApplicationName is reported to PostgreSQL (pg_stat_activity)
 	// unless the DSN or WithApplicationName names another.
 	DefaultApplicationName = "flotilla"
@@ -50,9 +55,14 @@ type Store struct {
 	subs   map[*subscription]struct{}
 	closed bool
 
-	// warmConns is how many connections of the main pool Warm opens; -1
-	// when the warm-up is off (WithWarmConns not given).
+	// warmConns is how many connections of the main pool Warm opens; 0
+	// when the warm-up is off (WithWarmConns(0)).
 	warmConns int
+	// warmed is set by the first Warm: from then on every connection the
+	// pools open readies their hot statements before it is handed out. A
+	// store no node warms (a command that submits a task, the console)
+	// prepares only what it runs.
+	warmed *atomic.Bool
 
 	// numBuckets caches the fleet's bucket count once read, to refuse tasks
 	// for buckets the fleet does not have. It never changes once set.
@@ -95,16 +105,21 @@ func WithApplicationName(name string) Option {
 	return func(o *options) { o.applicationName = name }
 }
 
-// WithWarmConns turns the warm-up on: every connection the store opens
-// prepares the hot statements of its pool before its first use, and Warm
-// (which a node calls before its first claim) opens n connections of the
-// main pool (never more than the pool's largest size; 0 opens none in
-// advance) and one of the lease pool. DefaultWarmConns is a node's usual
-// need. Without this option the store opens connections as they are
-// needed and prepares each statement at its first use. The warm-up costs an
-// idle backend of PostgreSQL per warmed connection for as long as the pool
-// keeps it, and a few tens of milliseconds of the server's CPU per
-// connection opened; see docs/benchmarks.md, "Warm start".
+// WithWarmConns sets how many connections of the main pool a node opens and
+// readies before its first claim (Warm): by default all of them, the pool's
+// largest size; never more. Each readied connection has the claim, the
+// outcome write, the renewals, the command reads and the submission
+// prepared, with the generic plans of those that run on one, and so does
+// every connection the pool opens once the store is warm, before it is
+// handed out. n = 0 turns the warm-up off: no connection is opened ahead
+// and each statement is prepared at its first use, as on a store no node
+// runs on (a command that submits a task, the console), which never warms.
+// A negative n is refused by New.
+//
+// The cost: the warmed connections stay open, idle when the node is (one
+// PostgreSQL backend each), and a node's start waits for them (tens of
+// milliseconds of the server's CPU per connection); see docs/benchmarks.md,
+// "Warm start".
 func WithWarmConns(n int) Option {
 	return func(o *options) { o.warmConns = &n }
 }
@@ -167,14 +182,22 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 
 	leaseCfg := cfg.Copy()
 	leaseCfg.MaxConns, leaseCfg.MinConns = LeaseConns, 0
-	// With the warm-up on, each connection readies its pool's hot
-	// statements before its first use (see Warm). It is off unless asked
-	// for: a command that writes one task should not prepare a node's
-	// statements, and a fleet's idle connections are the operator's to
-	// spend.
+	// Once a node has warmed the store, each connection readies its
+	// pool's hot statements before its first use (see Warm); until then,
+	// and always with the warm-up off, it prepares only what it runs: a
+	// command that writes one task should not prepare a node's statements.
+	warmConns := int(cfg.MaxConns)
 	if o.warmConns != nil {
-		cfg.AfterConnect = afterConnect(poolHot)
-		leaseCfg.AfterConnect = afterConnect(leasesHot)
+		if *o.warmConns < 0 {
+			return nil, fmt.Errorf("postgres.WithWarmConns(%d): give the number of connections to warm, from 0 (no warm-up) to the pool's size: %w",
+				*o.warmConns, store.ErrInvalid)
+		}
+		warmConns = min(*o.warmConns, int(cfg.MaxConns))
+	}
+	warmed := &atomic.Bool{}
+	if warmConns > 0 {
+		cfg.AfterConnect = afterConnect(poolHot, warmed)
+		leaseCfg.AfterConnect = afterConnect(leasesHot, warmed)
 	}
 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -192,11 +215,7 @@ func New(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %w", where(cfg), err)
 	}
-	warmConns := -1 // off
-	if o.warmConns != nil {
-		warmConns = max(0, *o.warmConns)
-	}
-	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}, warmConns: warmConns}, nil
+	return &Store{pool: pool, leases: leases, subs: map[*subscription]struct{}{}, warmConns: warmConns, warmed: warmed}, nil
 }
 
 // where names the servers and database of cfg for messages:

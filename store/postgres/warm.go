@@ -5,16 +5,12 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// DefaultWarmConns is how many connections of the main pool Warm opens when
-// WithWarmConns is not given: enough for a node's claim, its outcome writes,
-// its renewals and its command reads to run at once without opening one.
-const DefaultWarmConns = 8
 
 // hotSet is the statements a pool runs on a node's hot path, readied on
 // each of its connections when the connection opens, so that a node's
@@ -41,13 +37,15 @@ type plannedGroup struct {
 }
 
 // poolHot is the main pool's: the claim, the outcome write, the task lease
-// renewal and the command reads.
+// renewal, the command reads, and a submission (its insert and its
+// announcement), which a node's own handlers and an application sharing
+// its store make.
 var poolHot = hotSet{
-	prepared: []string{"BEGIN", "COMMIT", renewSQL, ackCommandSQL, getCommandSQL},
+	prepared: []string{"BEGIN", "COMMIT", renewSQL, ackCommandSQL, getCommandSQL, announceTasksSQL},
 	planned: []plannedGroup{
 		{setting: claimSettingSQL, args: []string{"0"}, sql: []string{claimSQL}},
 		{setting: advanceSettingSQL, sql: []string{lockTasksSQL, advanceSQL}},
-		{setting: genericPlanSQL, sql: []string{pendingCommandsSQL}},
+		{setting: genericPlanSQL, sql: []string{pendingCommandsSQL, insertTasksQuietSQL}},
 	},
 }
 
@@ -67,12 +65,15 @@ func (h hotSet) statements() []string {
 	return out
 }
 
-// afterConnect readies h on every connection the pool opens, before the
-// pool hands it out. A connection that cannot (a database not migrated
-// yet) is handed out cold: Warm readies it later, and a statement it runs
-// cold prepares itself as it always has.
-func afterConnect(h hotSet) func(context.Context, *pgx.Conn) error {
+// afterConnect readies h on every connection the pool opens once the store
+// is warmed, before the pool hands it out. A connection that cannot (a
+// database not migrated yet) is handed out cold: a statement it runs cold
+// prepares itself as it always has.
+func afterConnect(h hotSet, warmed *atomic.Bool) func(context.Context, *pgx.Conn) error {
 	return func(ctx context.Context, conn *pgx.Conn) error {
+		if !warmed.Load() {
+			return nil
+		}
 		if err := h.ready(ctx, conn); err != nil && conn.IsClosed() {
 			return err
 		}
@@ -135,19 +136,20 @@ func plan(ctx context.Context, pc *pgconn.PgConn, g plannedGroup, named map[stri
 	return pc.Exec(ctx, "COMMIT").Close()
 }
 
-// Warm opens up to the WithWarmConns connections of the main pool (never
-// more than its largest size) and one of the lease pool, all at once, and
-// readies the hot statements on each; they stay open, idle, for the node's
-// first claims. It readies too the connections opened before the schema
-// was there to prepare against.
+// Warm opens the WithWarmConns connections of the main pool (by default
+// the whole pool) and one of the lease pool, all at once, and readies the
+// hot statements on each; they stay open, idle, for the node's first claims
+// and submissions. It readies too the connections opened before, and from
+// then on every connection the pools open is readied before its first use.
+// With the warm-up off (WithWarmConns(0)) it does nothing.
 func (s *Store) Warm(ctx context.Context) error {
-	if s.warmConns < 0 {
-		return nil // the warm-up is off: WithWarmConns was not given
+	if s.warmConns == 0 {
+		return nil
 	}
-	n := min(s.warmConns, int(s.pool.Config().MaxConns))
+	s.warmed.Store(true)
 	var wg sync.WaitGroup
 	var poolErr, leasesErr error
-	wg.Go(func() { poolErr = warm(ctx, s.pool, n, poolHot) })
+	wg.Go(func() { poolErr = warm(ctx, s.pool, s.warmConns, poolHot) })
 	wg.Go(func() { leasesErr = warm(ctx, s.leases, 1, leasesHot) })
 	wg.Wait()
 	if err := errors.Join(poolErr, leasesErr); err != nil {

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flotilla-dev/flotilla/bucket"
+	"github.com/flotilla-dev/flotilla/internal/testdb"
 	"github.com/flotilla-dev/flotilla/store"
 	"github.com/flotilla-dev/flotilla/task"
 )
@@ -88,57 +91,119 @@ func TestWarmOpensConnectionsWithTheHotStatementsPrepared(t *testing.T) {
 		checkReady(t, "main pool", preparedOn(ctx, t, s.pool), poolHot)
 		checkReady(t, "lease pool", preparedOn(ctx, t, s.leases), leasesHot)
 	})
-	t.Run("never more than the pool holds", func(t *testing.T) {
-		s := migratedStore(ctx, t, WithMaxConns(3), WithWarmConns(DefaultWarmConns))
+	t.Run("by default the whole pool", func(t *testing.T) {
+		s := migratedStore(ctx, t, WithMaxConns(3))
 		if err := s.Warm(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := s.pool.Stat().TotalConns(); got != 3 {
-			t.Errorf("%d connections after Warm with the default %d, want the pool's 3", got, DefaultWarmConns)
-		}
-	})
-	t.Run("a connection opened later is ready before its first use", func(t *testing.T) {
-		s := migratedStore(ctx, t, WithWarmConns(0))
-		if err := s.Warm(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := s.pool.Stat().TotalConns(); got != 0 {
-			t.Fatalf("%d connections after Warm of none", got)
-		}
-		if _, err := s.Meta(ctx); err != nil {
-			t.Fatal(err)
+			t.Errorf("%d connections after Warm with the default, want the pool's 3", got)
 		}
 		checkReady(t, "main pool", preparedOn(ctx, t, s.pool), poolHot)
 	})
+	t.Run("never more than the pool holds", func(t *testing.T) {
+		s := migratedStore(ctx, t, WithMaxConns(3), WithWarmConns(10))
+		if err := s.Warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pool.Stat().TotalConns(); got != 3 {
+			t.Errorf("%d connections after Warm of 10, want the pool's 3", got)
+		}
+	})
+	t.Run("a connection opened later is ready before its first use", func(t *testing.T) {
+		s := migratedStore(ctx, t, WithMaxConns(3), WithWarmConns(1))
+		if err := s.Warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pool.Stat().TotalConns(); got != 1 {
+			t.Fatalf("%d connections after Warm of one, want 1", got)
+		}
+		// Three at once: two of them opened now, after the warm-up.
+		var held []*pgxpool.Conn
+		for range 3 {
+			c, err := s.pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Release()
+		}
+		conns := preparedOn(ctx, t, s.pool)
+		if len(conns) != 3 {
+			t.Fatalf("%d idle connections, want 3", len(conns))
+		}
+		checkReady(t, "main pool", conns, poolHot)
+	})
 }
 
-// TestWithoutTheWarmUpNothingIsPreparedAhead: the warm-up is asked for
-// (WithWarmConns); a store without it, as a command that submits one task
-// opens, prepares nothing it does not run and opens no connection ahead.
-func TestWithoutTheWarmUpNothingIsPreparedAhead(t *testing.T) {
+// TestAStoreNoNodeWarmedPreparesNothingAhead: a store no node runs on, as a
+// command that submits one task opens, prepares nothing it does not run and
+// opens no connection ahead; nor does a node's store with the warm-up off.
+func TestAStoreNoNodeWarmedPreparesNothingAhead(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := migratedStore(ctx, t, WithMaxConns(2))
-	if err := s.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.leases.Stat().TotalConns(); got != 0 {
-		t.Errorf("%d lease connections after Warm with the warm-up off, want none", got)
-	}
-	if _, err := s.Meta(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conns := preparedOn(ctx, t, s.pool)
-	if len(conns) == 0 {
-		t.Fatal("no idle connection to look at after a read")
-	}
-	for _, prepared := range conns {
-		for _, hot := range poolHot.statements() {
-			if _, ok := prepared[hot]; ok {
-				t.Fatalf("a hot statement was prepared ahead with the warm-up off: %.80q", hot)
+	for name, warm := range map[string]bool{"never warmed": false, "warm-up off": true} {
+		t.Run(name, func(t *testing.T) {
+			opts := []Option{WithMaxConns(2)}
+			if warm {
+				opts = append(opts, WithWarmConns(0))
 			}
-		}
+			s := migratedStore(ctx, t, opts...)
+			if warm {
+				if err := s.Warm(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := s.leases.Stat().TotalConns(); got != 0 {
+					t.Errorf("%d lease connections after Warm with the warm-up off, want none", got)
+				}
+			}
+			// Both connections, the second opened now.
+			var held []*pgxpool.Conn
+			for range 2 {
+				c, err := s.pool.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			for _, c := range held {
+				c.Release()
+			}
+			if _, err := s.Meta(ctx); err != nil {
+				t.Fatal(err)
+			}
+			conns := preparedOn(ctx, t, s.pool)
+			if len(conns) == 0 {
+				t.Fatal("no idle connection to look at after a read")
+			}
+			for _, prepared := range conns {
+				for _, hot := range poolHot.statements() {
+					if _, ok := prepared[hot]; ok {
+						t.Fatalf("a hot statement was prepared ahead: %.80q", hot)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestANegativeWarmUpIsRefused: WithWarmConns(-1) names the option and what
+// it takes.
+func TestANegativeWarmUpIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := New(ctx, testdb.New(t), WithWarmConns(-1))
+	if err == nil {
+		s.Close()
+		t.Fatal("New accepted WithWarmConns(-1)")
+	}
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "postgres.WithWarmConns(-1)") ||
+		!strings.Contains(err.Error(), "from 0") {
+		t.Errorf("error %q: want store.ErrInvalid naming postgres.WithWarmConns(-1) and what it takes", err)
 	}
 }
 
