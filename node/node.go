@@ -344,11 +344,22 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 func (n *Node) start(ctx context.Context) error {
-	// Warm while the start's own statements run, and before the first
-	// claim: the connections open and the hot statements ready, the node's
-	// first tasks start as fast as its thousandth.
-	warmed := n.warm(ctx)
-	defer func() { <-warmed }()
+	// Warm while the start's own statements run: the warm-up holds the
+	// pool's connections and hands each back once its hot statements are
+	// ready, so that the start's statements and the first claim run on
+	// ready connections as soon as there is one, and the node's first
+	// tasks start as fast as its thousandth. Start returns once the store
+	// is warm; a start that fails cuts the warm-up short.
+	warmCtx, stopWarm := context.WithCancel(ctx)
+	defer stopWarm()
+	warmed := n.warm(warmCtx)
+	started := false
+	defer func() {
+		if !started {
+			stopWarm()
+		}
+		<-warmed
+	}()
 	meta, err := n.store.Meta(ctx)
 	if err != nil {
 		return fmt.Errorf("node %s: reading the fleet's metadata: %w", n.id, err)
@@ -414,7 +425,6 @@ func (n *Node) start(ctx context.Context) error {
 	// as if there were none.
 	n.limits.refresh(ctx, keeper.Held(), kinds)
 
-	<-warmed
 	n.runCtx, n.stopRun = context.WithCancelCause(context.WithoutCancel(ctx))
 	n.mu.Lock()
 	n.state = stateRunning
@@ -437,6 +447,7 @@ func (n *Node) start(ctx context.Context) error {
 		zap.Strings("kinds", kinds),
 		zap.Int("fleet_buckets", meta.NumBuckets),
 		zap.Int("concurrency", n.cfg.Concurrency))
+	started = true
 	return nil
 }
 
@@ -578,7 +589,8 @@ func (n *Node) stopRegistration(ctx context.Context) {
 
 // warm warms the store, if it is a store.Warmer, in a goroutine of its
 // own; the channel closes when it is done. A failure is a warning: the
-// node starts cold.
+// node starts cold. A warm-up cut short by its context (a start that
+// failed or was abandoned) is not one.
 func (n *Node) warm(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
 	w, ok := n.store.(store.Warmer)
@@ -588,9 +600,14 @@ func (n *Node) warm(ctx context.Context) <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
+		began := time.Now()
 		if err := w.Warm(ctx); err != nil {
-			n.log.Warn("warming the store failed; the first tasks may start slower", zap.Error(err))
+			if ctx.Err() == nil {
+				n.log.Warn("warming the store failed; the first tasks may start slower", zap.Error(err))
+			}
+			return
 		}
+		n.log.Info("store warmed", zap.Duration("took", time.Since(began)))
 	}()
 	return done
 }

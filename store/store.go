@@ -321,13 +321,14 @@ type Store interface {
 
 // Warmer is implemented by stores whose first statements cost more than
 // the later ones (PostgreSQL: connections to open, statements to parse and
-// plan on each). A node calls Warm before its first claim, so that its
-// first tasks start as fast as the thousandth; a store without it is warm
-// already.
+// plan on each). A node calls Warm as it starts, beside its own start-up
+// statements, and its Start returns once Warm has; so that its first tasks
+// start as fast as the thousandth; a store without it is warm already.
 type Warmer interface {
 	// Warm opens the connections the store will use at once and readies
-	// the hot statements on each. An error leaves the store usable, only
-	// cold.
+	// the hot statements on each, letting each be used as soon as it is
+	// ready, so that the node's first statements need not wait for the
+	// last. An error leaves the store usable, only cold.
 	Warm(ctx context.Context) error
 }
 

@@ -51,4 +51,13 @@
 // connections, so that a renewal never waits behind the application's
 // queries for a connection of the main pool. Listen uses a dedicated
 // connection per subscription, outside both pools.
+//
+// The main pool holds DefaultMaxConns connections unless WithMaxConns or the
+// DSN's pool_max_conns says otherwise. A node warms the store before its
+// first claim (Warm): it opens the whole pool, and one lease connection, and
+// prepares the hot statements on each; from then on every connection the
+// pools open is prepared the same way before it is handed out.
+// WithWarmConns(n) warms fewer, and WithWarmConns(0) none. A store no node
+// warms (one that only submits, say) opens connections as it needs them and
+// prepares only what it runs.
 package postgres

@@ -138,48 +138,72 @@ func plan(ctx context.Context, pc *pgconn.PgConn, g plannedGroup, named map[stri
 
 // Warm opens the WithWarmConns connections of the main pool (by default
 // the whole pool) and one of the lease pool, all at once, and readies the
-// hot statements on each; they stay open, idle, for the node's first claims
-// and submissions. It readies too the connections opened before, and from
-// then on every connection the pools open is readied before its first use.
-// With the warm-up off (WithWarmConns(0)) it does nothing.
+// hot statements on each in turn, handing each back to its pool as soon as
+// it is ready: a node's first statements wait for the first ready connection, not
+// for the last. The connections stay open, idle, for the node's claims and
+// submissions. It readies too the connections opened before, and from then
+// on every connection the pools open is readied before its first use. With
+// the warm-up off (WithWarmConns(0)) it does nothing.
 func (s *Store) Warm(ctx context.Context) error {
 	if s.warmConns == 0 {
 		return nil
 	}
-	s.warmed.Store(true)
+	// Held at once, so that they are different connections; opened cold,
+	// which takes a connection's start-up only.
 	var wg sync.WaitGroup
+	var pool, leases []*pgxpool.Conn
 	var poolErr, leasesErr error
-	wg.Go(func() { poolErr = warm(ctx, s.pool, s.warmConns, poolHot) })
-	wg.Go(func() { leasesErr = warm(ctx, s.leases, 1, leasesHot) })
+	wg.Go(func() { pool, poolErr = hold(ctx, s.pool, s.warmConns) })
+	wg.Go(func() { leases, leasesErr = hold(ctx, s.leases, 1) })
 	wg.Wait()
-	if err := errors.Join(poolErr, leasesErr); err != nil {
+	// From here on a connection the pools open is readied before it is
+	// handed out.
+	s.warmed.Store(true)
+	// One after the other, the first of the main pool first, then the
+	// lease connection: readied all at once, the backends would share the
+	// database's cores and all be ready at about the end, and the node's
+	// first statements would wait for the last of them.
+	errs := []error{poolErr, leasesErr}
+	ready := func(c *pgxpool.Conn, h hotSet) {
+		errs = append(errs, h.ready(ctx, c.Conn()))
+		// A connection left in a failed transaction is closed, not reused.
+		c.Release()
+	}
+	for i, c := range pool {
+		ready(c, poolHot)
+		if i == 0 {
+			// The node's start reads the fleet before it takes its
+			// leases.
+			for _, c := range leases {
+				ready(c, leasesHot)
+			}
+		}
+	}
+	if len(pool) == 0 {
+		for _, c := range leases {
+			ready(c, leasesHot)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return wrap(err, "warm the pools")
 	}
 	return nil
 }
 
-// warm holds n connections of pool at once, so that they are n different
-// ones, and readies h on each.
-func warm(ctx context.Context, pool *pgxpool.Pool, n int, h hotSet) error {
+// hold acquires n connections of pool at once and returns those it got.
+func hold(ctx context.Context, pool *pgxpool.Pool, n int) ([]*pgxpool.Conn, error) {
 	conns := make([]*pgxpool.Conn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() {
-			c, err := pool.Acquire(ctx)
-			if err == nil {
-				err = h.ready(ctx, c.Conn())
-			}
-			conns[i], errs[i] = c, err
-		})
+		wg.Go(func() { conns[i], errs[i] = pool.Acquire(ctx) })
 	}
 	wg.Wait()
+	var got []*pgxpool.Conn
 	for _, c := range conns {
 		if c != nil {
-			// A connection left in a failed transaction is closed, not
-			// reused.
-			c.Release()
+			got = append(got, c)
 		}
 	}
-	return errors.Join(errs...)
+	return got, errors.Join(errs...)
 }
