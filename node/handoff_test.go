@@ -450,7 +450,12 @@ func TestAFreeBucketItsTargetDoesNotTakeIsTakenAfterAFewPasses(t *testing.T) {
 // again (seen in the elastic scenario on a loaded machine).
 func TestAHandOffWaitsForTheClaimsInFlightBeforeCountingItsAttempts(t *testing.T) {
 	b := setup(t)
-	n := b.startNode(t, b.config(t, "giver", 5), map[string]Handler{"work": noop})
+	cfg := b.config(t, "giver", 5)
+	// The hand-off below is the test's own: a balancing node, alone in its
+	// fleet, would call it off at its next pass, as its assignment keeps
+	// bucket 5 here.
+	cfg.NoBalance = true
+	n := b.startNode(t, cfg, map[string]Handler{"work": noop})
 	if got := n.Held(); len(got) != 1 {
 		t.Fatalf("the giver holds %v, want bucket 5", got)
 	}

@@ -139,11 +139,12 @@ func plan(ctx context.Context, pc *pgconn.PgConn, g plannedGroup, named map[stri
 // Warm opens the WithWarmConns connections of the main pool (by default
 // the whole pool) and one of the lease pool, all at once, and readies the
 // hot statements on each in turn, handing each back to its pool as soon as
-// it is ready: a node's first statements wait for the first ready connection, not
-// for the last. The connections stay open, idle, for the node's claims and
-// submissions. It readies too the connections opened before, and from then
-// on every connection the pools open is readied before its first use. With
-// the warm-up off (WithWarmConns(0)) it does nothing.
+// it is ready: a node's first statements wait for the first ready
+// connection, not for the last. The connections stay open, idle, for the
+// node's claims and submissions. It readies too the connections opened
+// before, and from then on every connection the pools open is readied
+// before its first use. With the warm-up off (WithWarmConns(0)) it does
+// nothing.
 func (s *Store) Warm(ctx context.Context) error {
 	if s.warmConns == 0 {
 		return nil
@@ -169,19 +170,13 @@ func (s *Store) Warm(ctx context.Context) error {
 		// A connection left in a failed transaction is closed, not reused.
 		c.Release()
 	}
-	for i, c := range pool {
-		ready(c, poolHot)
-		if i == 0 {
-			// The node's start reads the fleet before it takes its
-			// leases.
-			for _, c := range leases {
-				ready(c, leasesHot)
-			}
-		}
-	}
-	if len(pool) == 0 {
-		for _, c := range leases {
-			ready(c, leasesHot)
+	first := min(1, len(pool)) // the node's start reads the fleet before it takes its leases
+	for _, step := range []struct {
+		conns []*pgxpool.Conn
+		h     hotSet
+	}{{pool[:first], poolHot}, {leases, leasesHot}, {pool[first:], poolHot}} {
+		for _, c := range step.conns {
+			ready(c, step.h)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

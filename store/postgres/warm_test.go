@@ -52,6 +52,25 @@ func preparedOn(ctx context.Context, t *testing.T, pool *pgxpool.Pool) []map[str
 	return out
 }
 
+// useAtOnce holds n connections of pool at once, which opens those it lacks,
+// and hands them back.
+func useAtOnce(ctx context.Context, t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	held := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+}
+
 // checkReady fails t unless every connection of conns has h's statements
 // prepared, and the generic plans of those that run on one made.
 func checkReady(t *testing.T, what string, conns []map[string]int64, h hotSet) {
@@ -118,18 +137,7 @@ func TestWarmOpensConnectionsWithTheHotStatementsPrepared(t *testing.T) {
 		if got := s.pool.Stat().TotalConns(); got != 1 {
 			t.Fatalf("%d connections after Warm of one, want 1", got)
 		}
-		// Three at once: two of them opened now, after the warm-up.
-		var held []*pgxpool.Conn
-		for range 3 {
-			c, err := s.pool.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, c)
-		}
-		for _, c := range held {
-			c.Release()
-		}
+		useAtOnce(ctx, t, s.pool, 3) // two of them opened now, after the warm-up
 		conns := preparedOn(ctx, t, s.pool)
 		if len(conns) != 3 {
 			t.Fatalf("%d idle connections, want 3", len(conns))
@@ -160,18 +168,7 @@ func TestAStoreNoNodeWarmedPreparesNothingAhead(t *testing.T) {
 					t.Errorf("%d lease connections after Warm with the warm-up off, want none", got)
 				}
 			}
-			// Both connections, the second opened now.
-			var held []*pgxpool.Conn
-			for range 2 {
-				c, err := s.pool.Acquire(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				held = append(held, c)
-			}
-			for _, c := range held {
-				c.Release()
-			}
+			useAtOnce(ctx, t, s.pool, 2) // the second opened now
 			if _, err := s.Meta(ctx); err != nil {
 				t.Fatal(err)
 			}
