@@ -230,13 +230,11 @@ func (s *Store) validate(ctx context.Context, tasks []store.NewTask) error {
 // its due tasks, in one round trip: the insert in a transaction of its own
 // (BEGIN, the insert, COMMIT), then the NOTIFY in the next, sent together.
 // PostgreSQL serialises the commits of transactions that notify (a lock on
-// the notification queue held through the commit's WAL flush), so a NOTIFY
-// inside the insert would queue every concurrent submitter behind one
-// another's disk flush. The notify-only transaction commits without waiting
-// for its flush (announceTasksSQL), so the lock is held for no flush at
-// all: a notification is no more durable than a connection, and the tasks
-// it names were flushed by the insert's commit. Sending both at once spares the
-// submitter a round trip and has the notification leave as soon as the
+// the notification queue held through the commit), so a NOTIFY inside the
+// insert would queue every concurrent submitter behind one another's insert
+// commit; the notify-only transaction's commit is a short one (it gives the
+// transaction an id and a commit record, but writes no row). Sending both
+// at once spares the submitter a round trip and has the notification leave as soon as the
 // insert has committed, not once the submitter has heard so.
 //
 // Only tasks due by any clock near ours are announced that way (see
@@ -274,7 +272,7 @@ func (s *Store) insertThenAnnounce(ctx context.Context, tasks []store.NewTask) (
 			return nil
 		})
 		if len(sure) > 0 {
-			b.Queue(announceTasksSQL, sureSet)
+			b.Queue(notifyTasksSQL, sureSet)
 		}
 		return conn.SendBatch(ctx, b).Close()
 	})
@@ -350,14 +348,6 @@ SELECT statement_timestamp(), array_agg(nextval('flotilla_tasks_id_seq'))
 FROM generate_series(1, $1::int)`
 
 const notifyTasksSQL = `SELECT pg_notify('flotilla_tasks', $1)`
-
-// announceTasksSQL is notifyTasksSQL as a transaction of its own (never
-// inside one that writes: it would make that one's commit asynchronous
-// too). A NOTIFY gives its transaction an id, and so a commit record that
-// PostgreSQL flushes to disk, holding the notification queue's lock, before
-// it answers; with synchronous_commit off for this transaction the commit
-// returns at once, and the notification is delivered the same.
-const announceTasksSQL = `SELECT pg_notify('flotilla_tasks', $1), set_config('synchronous_commit', 'off', true)`
 
 // copyColumns are the columns copyTasks writes; the rest take their
 // defaults.
@@ -450,7 +440,7 @@ func (s *Store) announce(ctx context.Context, buckets []int) {
 	if len(buckets) > 0 {
 		set := bucket.Of(buckets...).String()
 		s.deliverLocally(store.TopicTasks, set)
-		_, _ = s.pool.Exec(ctx, announceTasksSQL, set)
+		_, _ = s.pool.Exec(ctx, notifyTasksSQL, set)
 	}
 }
 

@@ -41,7 +41,7 @@ type plannedGroup struct {
 // announcement), which a node's own handlers and an application sharing
 // its store make.
 var poolHot = hotSet{
-	prepared: []string{"BEGIN", "COMMIT", renewSQL, ackCommandSQL, getCommandSQL, announceTasksSQL},
+	prepared: []string{"BEGIN", "COMMIT", renewSQL, ackCommandSQL, getCommandSQL, notifyTasksSQL},
 	planned: []plannedGroup{
 		{setting: claimSettingSQL, args: []string{"0"}, sql: []string{claimSQL}},
 		{setting: advanceSettingSQL, sql: []string{lockTasksSQL, advanceSQL}},
