@@ -15,6 +15,12 @@ import (
 // run renews them every third of it for as long as it works.
 const DefaultOperatorTTL = 30 * time.Second
 
+// DefaultOperatorRetryBusy is how long an operator's run tries again the
+// tasks answered busy (OperatorRequest.RetryBusyFor): a one-off run has no
+// next pass to leave them to, and on SQLite any write of a live node in
+// the same file answers busy for as long as it takes.
+const DefaultOperatorRetryBusy = 5 * time.Second
+
 // ErrOperatorLeaseLost ends an operator's run whose leases could no longer
 // be trusted: a renewal found a bucket taken by a node, or none was answered
 // before the leases would have expired.
@@ -34,6 +40,9 @@ type OperatorRequest struct {
 	TTL time.Duration
 	// Backoff before a retry, as in Request.
 	Backoff func(attempt int) time.Duration
+	// RetryBusyFor is the run's budget for trying busy tasks again, as in
+	// Request (default DefaultOperatorRetryBusy; negative tries each once).
+	RetryBusyFor time.Duration
 	// DryRun takes no lease and moves nothing: it reports what a real run
 	// would do now.
 	DryRun bool
@@ -58,7 +67,9 @@ type OperatorReport struct {
 // and every attempt claimed before is fenced), rescues, and releases them;
 // a bucket a node takes meanwhile is skipped, as one held from the start is.
 // A dry run reads the current epochs and reports as if it held each free
-// bucket under the next one.
+// bucket under the next one. A task answered busy is tried again for up to
+// RetryBusyFor (5 s by default) over the whole run before it is reported
+// busy.
 //
 // The leases are renewed every TTL/3 while the run works. When a renewal
 // finds a bucket taken by someone else, or none has been answered by the
@@ -68,13 +79,20 @@ type OperatorReport struct {
 // anyway, since each one is conditional on the lease.
 func RunOperator(ctx context.Context, s store.Store, req OperatorRequest) (OperatorReport, error) {
 	out := OperatorReport{}
+	retryBusy := req.RetryBusyFor
+	switch {
+	case retryBusy == 0:
+		retryBusy = DefaultOperatorRetryBusy
+	case retryBusy < 0:
+		retryBusy = 0
+	}
 	var err error
 	out.Acted, out.Skipped, err = HoldUnheld(ctx, s, UnheldRequest{Owner: req.Owner, Node: req.Node,
 		Buckets: req.Buckets, TTL: req.TTL, DryRun: req.DryRun, Clock: req.Clock},
 		func(ctx context.Context, held []store.HeldBucket) error {
 			var err error
 			out.Report, err = Rescue(ctx, s, Request{Owner: req.Owner, Node: req.Node, Buckets: held,
-				Backoff: req.Backoff, DryRun: req.DryRun})
+				Backoff: req.Backoff, DryRun: req.DryRun, RetryBusyFor: retryBusy})
 			return err
 		})
 	return out, err

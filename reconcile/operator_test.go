@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +72,42 @@ func TestTheOperatorRefusesBucketsOutsideTheFleet(t *testing.T) {
 	}
 	if !errors.Is(err, bucket.ErrInvalidSet) {
 		t.Errorf("error %v, want bucket.ErrInvalidSet", err)
+	}
+}
+
+// An operator's run has no later pass: it tries a busy task again (for up
+// to DefaultOperatorRetryBusy) rather than report it busy at once, unless
+// told to try each once.
+func TestTheOperatorTriesABusyTaskAgain(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		retryBusy time.Duration
+		want      Outcome
+		moves     int
+	}{
+		{name: "by default", want: OutcomeRetried, moves: 3},
+		{name: "not when told to try once", retryBusy: -1, want: OutcomeBusy, moves: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := setup(t)
+			deadHeld := b.hold(t, "dead/1", 1)
+			orphan := b.running(t, "dead/1", deadHeld, 1, 3)
+			b.store.ExpireBucketLease(1)
+			hooked := &hookedStore{Store: b.store, failMove: func(n int) error {
+				if n <= 2 {
+					return fmt.Errorf("%w (database is locked)", store.ErrBusy)
+				}
+				return nil
+			}}
+			rep, err := RunOperator(b.ctx, hooked, OperatorRequest{Owner: "ops/1", Node: "ops", Buckets: bucket.Of(1),
+				RetryBusyFor: c.retryBusy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Entries) != 1 || rep.Entries[0].TaskID != orphan.ID || rep.Entries[0].Outcome != c.want || hooked.moves != c.moves {
+				t.Fatalf("report %+v after %d moves asked, want %s after %d", rep.Report, hooked.moves, c.want, c.moves)
+			}
+		})
 	}
 }
 

@@ -40,6 +40,16 @@ type Request struct {
 	// beside the first. Such a task is left for a later pass
 	// (OutcomeInUse), once that handler has returned.
 	InUse func(t *task.Task) bool
+	// RetryBusyFor, when positive, tries a task answered busy (its row
+	// locked by another transaction; on SQLite, the file locked by another
+	// process's write) again, after pauses that double from 10 ms up to
+	// 500 ms, for as long as the pauses of the whole rescue add up to no
+	// more than RetryBusyFor; after that a busy task is left at its first
+	// answer. It is for a run with no later pass to leave the task to, as
+	// an operator's; the budget is the rescue's, not each task's, so a
+	// file locked throughout delays the rescue by about RetryBusyFor, not
+	// by that for every task. Zero tries once.
+	RetryBusyFor time.Duration
 }
 
 func (r Request) validate() error {
@@ -54,6 +64,9 @@ func (r Request) validate() error {
 	case r.StatementTimeout < 0:
 		return fmt.Errorf("%w: reconcile: StatementTimeout is %v; it must be positive (or zero for none)",
 			store.ErrInvalid, r.StatementTimeout)
+	case r.RetryBusyFor < 0:
+		return fmt.Errorf("%w: reconcile: RetryBusyFor is %v; it must be positive (or zero to try a busy task once)",
+			store.ErrInvalid, r.RetryBusyFor)
 	}
 	seen := map[int]bool{}
 	for _, h := range r.Buckets {
@@ -65,6 +78,9 @@ func (r Request) validate() error {
 	return nil
 }
 
+// maxFailuresInARow is how many failed moves in a row end a rescue early.
+const maxFailuresInARow = 3
+
 // Rescue moves every expired task of req.Buckets out of its lost attempt:
 // to retrying while attempts remain, to lost after that, to stopped when a
 // stop is pending. It lists a page of expired tasks at a time until a page
@@ -72,14 +88,12 @@ func (r Request) validate() error {
 //
 // A task that moved meanwhile (store.ErrConflict), a bucket the caller no
 // longer holds (store.ErrFenced), a row another transaction holds locked
-// (not waited for: store.ErrBusy) and a move the store failed to make are
+// (not waited for, or for no longer than Request.RetryBusyFor:
+// store.ErrBusy) and a move the store failed to make are
 // outcomes in the report, one task at a time, not errors: one bad row never
 // holds up the rescue of the others. The error is for a store that could not
 // list the expired tasks, or a ctx that ended, and comes with the report of
 // what was done before it.
-// maxFailuresInARow is how many failed moves in a row end a rescue early.
-const maxFailuresInARow = 3
-
 func Rescue(ctx context.Context, s store.Store, req Request) (Report, error) {
 	rep := Report{DryRun: req.DryRun}
 	if err := req.validate(); err != nil {
@@ -167,6 +181,9 @@ type rescuer struct {
 	fenced map[int]bool
 	// stops caches, for a dry run, the tasks with a pending stop by owner.
 	stops map[string]map[int64]bool
+	// busyPaused adds up the pauses before the tries of busy tasks again,
+	// which Request.RetryBusyFor bounds.
+	busyPaused time.Duration
 }
 
 // call bounds one store call by the request's statement timeout.
@@ -219,14 +236,13 @@ func (r *rescuer) rescue(ctx context.Context, t *task.Task) (Entry, error) {
 		return e, nil
 	}
 
-	cctx, cancel := r.call(ctx)
-	moved, err := r.s.Transition(cctx, store.Transition{
+	move := store.Transition{
 		ID: t.ID, Version: t.StatusVersion, To: m.to, Reason: m.reason, Error: m.errText,
 		Node: r.req.Node, Epoch: epoch, Delay: m.delay,
 		Guard:  &store.LeaseGuard{Owner: r.req.Owner, Epoch: epoch},
 		NoWait: true,
-	})
-	cancel()
+	}
+	moved, err := r.transition(ctx, move)
 	var refused *task.TransitionError
 	switch {
 	case err == nil:
@@ -246,6 +262,35 @@ func (r *rescuer) rescue(ctx context.Context, t *task.Task) (Entry, error) {
 		e.Outcome, e.Err, e.To = OutcomeFailed, err.Error(), t.Status
 	}
 	return e, nil
+}
+
+// Pauses between the tries of a busy task (Request.RetryBusyFor).
+const (
+	firstBusyPause = 10 * time.Millisecond
+	maxBusyPause   = 500 * time.Millisecond
+)
+
+// transition makes one move, trying it again while the store answers busy
+// and the rescue's budget of pauses lasts (Request.RetryBusyFor).
+func (r *rescuer) transition(ctx context.Context, move store.Transition) (*task.Task, error) {
+	pause := firstBusyPause
+	for {
+		cctx, cancel := r.call(ctx)
+		moved, err := r.s.Transition(cctx, move)
+		cancel()
+		if !errors.Is(err, store.ErrBusy) || r.busyPaused+pause > r.req.RetryBusyFor {
+			return moved, err
+		}
+		wait := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return moved, err
+		case <-wait.C:
+		}
+		r.busyPaused += pause
+		pause = min(2*pause, maxBusyPause)
+	}
 }
 
 // outcomeOf names a move that was asked for as asked and answered as got:

@@ -409,6 +409,67 @@ func TestALockedRowIsSkippedNotWaitedOn(t *testing.T) {
 	b.unchanged(t, locked)
 }
 
+// A rescue given a budget for busy tasks (RetryBusyFor) tries a task
+// answered busy again, and moves it once its row is free.
+func TestABusyTaskIsTriedAgainWithinTheBudget(t *testing.T) {
+	b := setup(t)
+	const owner = "node-a/1a2b"
+	held := b.hold(t, owner, 0)
+	first := b.running(t, owner, held, 0, 3)
+	second := b.running(t, owner, held, 0, 3)
+	b.expire(t, first, second)
+	locked := fmt.Errorf("%w (database is locked)", store.ErrBusy)
+	hooked := &hookedStore{Store: b.store, failMove: func(n int) error {
+		if n <= 2 {
+			return locked
+		}
+		return nil
+	}}
+
+	rep, err := Rescue(b.ctx, hooked, Request{Owner: owner, Node: "node-a", Buckets: held, RetryBusyFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Retried != 2 || rep.Busy != 0 || hooked.moves != 4 {
+		t.Fatalf("report %+v after %d moves asked, want both retried after two busy answers", rep, hooked.moves)
+	}
+	for _, tk := range []*task.Task{first, second} {
+		if got := b.get(t, tk.ID); got.Status != task.Retrying {
+			t.Errorf("task %d is %s, want retrying", tk.ID, got.Status)
+		}
+	}
+}
+
+// The budget for busy tasks is the rescue's, not each task's: with two rows
+// locked throughout, the first is tried until the pauses (10, 20, 40 ms)
+// spend it, and the second once.
+func TestTheBusyBudgetIsSpentOncePerRescue(t *testing.T) {
+	b := setup(t)
+	const owner = "node-a/1a2b"
+	held := b.hold(t, owner, 0)
+	first := b.running(t, owner, held, 0, 3)
+	second := b.running(t, owner, held, 0, 3)
+	b.expire(t, first, second)
+	defer b.store.LockTask(first.ID)()
+	defer b.store.LockTask(second.ID)()
+	hooked := &hookedStore{Store: b.store}
+
+	rep, err := Rescue(b.ctx, hooked, Request{Owner: owner, Node: "node-a", Buckets: held, RetryBusyFor: 70 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Busy != 2 || hooked.moves != 5 {
+		t.Fatalf("report %+v after %d moves asked, want both busy after 4 + 1", rep, hooked.moves)
+	}
+	b.unchanged(t, first)
+	b.unchanged(t, second)
+
+	if _, err := Rescue(b.ctx, b.store, Request{Owner: owner, Node: "node-a", Buckets: held, RetryBusyFor: -time.Second}); !errors.Is(err, store.ErrInvalid) ||
+		!strings.Contains(err.Error(), "RetryBusyFor is -1s") {
+		t.Errorf("a negative RetryBusyFor: %v, want store.ErrInvalid naming it", err)
+	}
+}
+
 // A caller that still runs an attempt of the task (InUse) is told to stop
 // it, and the task is not rescued beside it.
 func TestATaskTheCallerStillRunsIsNotRescued(t *testing.T) {

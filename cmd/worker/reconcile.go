@@ -121,6 +121,9 @@ func printOperatorReport(c *cli.Context, rep reconcile.OperatorReport) {
 	if rep.More {
 		fmt.Fprintln(w, "(more expired tasks than one page: a real run handles them all)")
 	}
+	if left := rep.Busy + rep.Failed; left > 0 {
+		fmt.Fprintf(w, "%d tasks were left as they were (busy: locked by another writer throughout; failed: the store refused the write); run again to retry them\n", left)
+	}
 }
 
 func sortedKeys(m map[int]string) []int { return slices.Sorted(maps.Keys(m)) }
