@@ -97,7 +97,8 @@ test-failover: ## Run the database failover tests and the fleet's failover scena
 		-run 'HACluster|TestAFleetRidesOutItsDatabasesFailovers' $(FAILOVER_PKGS)
 
 # The fleet's scenario alone; FLOTILLA_HA_FAILOVERS=5 runs five switchovers
-# before the machine's loss, FLOTILLA_HA_ASYNC=1 replicates asynchronously.
+# before the machine's loss, FLOTILLA_HA_ASYNC=1 replicates asynchronously,
+# FLOTILLA_HA_TIMELINE=1 logs the cluster's state changes even on a pass.
 test-failover-fleet: ## Run the fleet's database failover scenario alone (pg_auto_failover)
 	$(GO) test -race -count=1 -timeout $(FAILOVER_TIMEOUT) -tags failover -run 'TestAFleetRidesOutItsDatabasesFailovers' -v ./test/integration/
 

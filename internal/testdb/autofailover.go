@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -442,11 +443,63 @@ func (c *HACluster) logTail() string {
 	return b.String()
 }
 
+// timelineLine picks the lines of the keepers' and servers' logs that say
+// how a failover went: the state machine's transitions, the monitor's
+// view of health, synchronous replication waits cut short, shutdowns and
+// promotions. A failing failover test needs them with their timestamps to
+// tell the cluster's doing from the fleet's.
+var timelineLine = regexp.MustCompile(`(?i)FSM transition|Transition complete|unhealthy|healthy secondary|` +
+	`synchronous_standby_names|synchronous replication|demote|promot|shutdown|shutting down|terminating connection|` +
+	`selected new timeline|pg_rewind|FATAL|PANIC`)
+
+// TimelineEnv, set to anything, logs the cluster's timeline at the end of
+// a test that passed too.
+const TimelineEnv = "FLOTILLA_HA_TIMELINE"
+
+// timelineLimit bounds the lines kept per log, the last ones.
+const timelineLimit = 400
+
+// timeline is the picked lines of every pg_autoctl's log and of every
+// node's server log (pg_auto_failover keeps those in each data
+// directory's log/).
+func (c *HACluster) timeline() string {
+	var files []string
+	for i := range c.runs {
+		files = append(files, filepath.Join(c.dir, fmt.Sprintf("autoctl-%d.log", i)))
+	}
+	for _, n := range append([]HANode{c.monitor}, c.nodes...) {
+		logs, _ := filepath.Glob(filepath.Join(n.Data, "log", "*"))
+		files = append(files, logs...)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(&b, "--- %s: %v\n", f, err)
+			continue
+		}
+		var picked []string
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if timelineLine.MatchString(line) {
+				picked = append(picked, line)
+			}
+		}
+		if len(picked) > timelineLimit {
+			picked = picked[len(picked)-timelineLimit:]
+		}
+		fmt.Fprintf(&b, "--- %s (%d lines picked)\n%s\n", f, len(picked), strings.Join(picked, "\n"))
+	}
+	return b.String()
+}
+
 // cleanup stops every pg_autoctl (each stops its PostgreSQL), and kills
 // whatever of the cluster is left after the stop deadline.
 func (c *HACluster) cleanup() {
 	if c.t.Failed() {
 		c.t.Logf("testdb: %s", c.logTail())
+	}
+	if c.t.Failed() || os.Getenv(TimelineEnv) != "" {
+		c.t.Logf("testdb: the cluster's timeline:\n%s", c.timeline())
 	}
 	for i := len(c.runs) - 1; i >= 0; i-- {
 		_ = c.runs[i].Process.Signal(syscall.SIGTERM)

@@ -219,9 +219,14 @@ func haSubmit(e *elasticFleet, rate int, flush <-chan struct{}) {
 				return
 			}
 			if err == nil {
+				at := time.Now()
 				e.mu.Lock()
+				if e.acked == nil {
+					e.acked = map[int64]time.Time{}
+				}
 				for _, tk := range tks {
 					e.submitted = append(e.submitted, tk.ID)
+					e.acked[tk.ID] = at
 				}
 				e.mu.Unlock()
 				break
@@ -298,6 +303,22 @@ func haStarts(e *elasticFleet) []time.Time {
 	return out
 }
 
+// whenAmong places t among the failovers, for a task that went missing.
+func whenAmong(t time.Time, failovers []haFailover) string {
+	for i, f := range failovers {
+		switch {
+		case t.Before(f.lost):
+			return fmt.Sprintf("%v before failover %d (%s) was asked for", f.lost.Sub(t).Round(time.Millisecond), i+1, f.kind)
+		case t.Before(f.promoted):
+			return fmt.Sprintf("%v into failover %d (%s), before its promotion", t.Sub(f.lost).Round(time.Millisecond), i+1, f.kind)
+		}
+	}
+	if n := len(failovers); n > 0 {
+		return fmt.Sprintf("%v after the last promotion", t.Sub(failovers[n-1].promoted).Round(time.Millisecond))
+	}
+	return "with no failover"
+}
+
 // haCheck holds the run to the scenario's promises and logs the figures.
 func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
 	t := e.t
@@ -340,7 +361,11 @@ func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
 	}
 	for _, id := range submitted {
 		if _, ok := status[id]; !ok {
-			t.Errorf("task %d, submitted, is not in the store", id)
+			e.mu.Lock()
+			at := e.acked[id]
+			e.mu.Unlock()
+			t.Errorf("task %d, submitted, is not in the store: its ids were returned at %s, %s",
+				id, at.Format("15:04:05.000"), whenAmong(at, failovers))
 		}
 	}
 
