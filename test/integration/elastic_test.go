@@ -170,11 +170,8 @@ type elasticFleet struct {
 	leaving   map[string]window // node id -> from its SIGTERM to its exit
 	faults    []window          // from a kill -9 until its buckets were held again
 	submitted []int64
-	// acked is when each submission of the HA scenario returned its ids,
-	// to place a task missing afterwards among the failovers.
-	acked    map[int64]time.Time
-	problems []string
-	unserved []unserved
+	problems  []string
+	unserved  []unserved
 }
 
 // unserved is a sample that found a bucket held by no node claiming in it.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,9 +112,10 @@ func TestAFleetRidesOutItsDatabasesFailovers(t *testing.T) {
 	rate := max(20, haTasks/(40*switchovers+120))
 	flush := make(chan struct{})
 	loaded := make(chan struct{})
+	acks := &haAcks{when: map[int64]time.Time{}}
 	go func() {
 		defer close(loaded)
-		haSubmit(e, rate, flush)
+		haSubmit(e, acks, rate, flush)
 	}()
 	t.Cleanup(func() { e.cancel(); <-loaded })
 
@@ -170,7 +172,7 @@ func TestAFleetRidesOutItsDatabasesFailovers(t *testing.T) {
 		}
 	}
 	e.stopLoad()
-	haCheck(e, stops, failovers)
+	haCheck(e, acks, stops, failovers)
 }
 
 // haSubmitOne submits one task, retrying through a failover: a retry after
@@ -194,7 +196,7 @@ func haSubmitOne(e *elasticFleet, req flotilla.TaskRequest) int64 {
 
 // haSubmit submits haTasks tasks, rate a second until flush is closed and
 // then the rest at once.
-func haSubmit(e *elasticFleet, rate int, flush <-chan struct{}) {
+func haSubmit(e *elasticFleet, acks *haAcks, rate int, flush <-chan struct{}) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for next := 0; next < haTasks; {
@@ -219,14 +221,10 @@ func haSubmit(e *elasticFleet, rate int, flush <-chan struct{}) {
 				return
 			}
 			if err == nil {
-				at := time.Now()
+				acks.record(tks, time.Now())
 				e.mu.Lock()
-				if e.acked == nil {
-					e.acked = map[int64]time.Time{}
-				}
 				for _, tk := range tks {
 					e.submitted = append(e.submitted, tk.ID)
-					e.acked[tk.ID] = at
 				}
 				e.mu.Unlock()
 				break
@@ -303,6 +301,27 @@ func haStarts(e *elasticFleet) []time.Time {
 	return out
 }
 
+// haAcks records when each submission returned its ids, to place a task
+// missing afterwards among the failovers.
+type haAcks struct {
+	mu   sync.Mutex
+	when map[int64]time.Time
+}
+
+func (a *haAcks) record(tks []*task.Task, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, tk := range tks {
+		a.when[tk.ID] = at
+	}
+}
+
+func (a *haAcks) at(id int64) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.when[id]
+}
+
 // whenAmong places t among the failovers, for a task that went missing.
 func whenAmong(t time.Time, failovers []haFailover) string {
 	for i, f := range failovers {
@@ -320,7 +339,7 @@ func whenAmong(t time.Time, failovers []haFailover) string {
 }
 
 // haCheck holds the run to the scenario's promises and logs the figures.
-func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
+func haCheck(e *elasticFleet, acks *haAcks, stops []int64, failovers []haFailover) {
 	t := e.t
 	t.Helper()
 	e.mu.Lock()
@@ -361,9 +380,7 @@ func haCheck(e *elasticFleet, stops []int64, failovers []haFailover) {
 	}
 	for _, id := range submitted {
 		if _, ok := status[id]; !ok {
-			e.mu.Lock()
-			at := e.acked[id]
-			e.mu.Unlock()
+			at := acks.at(id)
 			t.Errorf("task %d, submitted, is not in the store: its ids were returned at %s, %s",
 				id, at.Format("15:04:05.000"), whenAmong(at, failovers))
 		}
